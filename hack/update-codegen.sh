@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Regenerates everything generated: deepcopy/conversion helpers, OpenAPI
+# definitions, the typed clientset, listers and informers.
+set -o errexit -o nounset -o pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MODULE=github.com/index-apiserver/index-apiserver
+CODEGEN_PKG=$(cd "$ROOT" && go list -m -f '{{.Dir}}' k8s.io/code-generator)
+BOILERPLATE="$ROOT/hack/boilerplate.go.txt"
+
+# shellcheck source=/dev/null
+source "$CODEGEN_PKG/kube_codegen.sh"
+
+kube::codegen::gen_helpers \
+  --boilerplate "$BOILERPLATE" \
+  "$ROOT/pkg/apis"
+
+# Known API rule violations all come from k8s.io/api/core/v1, which we embed.
+update_report=()
+if [[ "${UPDATE_API_KNOWN_VIOLATIONS:-}" == "true" ]]; then
+  update_report=(--update-report)
+fi
+kube::codegen::gen_openapi \
+  --output-dir "$ROOT/pkg/generated/openapi" \
+  --output-pkg "$MODULE/pkg/generated/openapi" \
+  --extra-pkgs k8s.io/api/core/v1 \
+  --report-filename "$ROOT/hack/api-violations.list" \
+  "${update_report[@]}" \
+  --boilerplate "$BOILERPLATE" \
+  "$ROOT/pkg/apis"
+
+kube::codegen::gen_client \
+  --with-watch \
+  --output-dir "$ROOT/pkg/generated" \
+  --output-pkg "$MODULE/pkg/generated" \
+  --boilerplate "$BOILERPLATE" \
+  "$ROOT/pkg/apis"
+
+if [[ -x "$ROOT/hack/update-crds.sh" ]]; then
+  "$ROOT/hack/update-crds.sh"
+fi

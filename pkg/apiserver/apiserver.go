@@ -1,0 +1,158 @@
+// Package apiserver assembles index-apiserver: the generic API server, the
+// indexing.k8s.io group served from the index caches, and the feeds that keep
+// those caches in step with kube-apiserver.
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/node"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/pod"
+	"github.com/index-apiserver/index-apiserver/pkg/upstream"
+)
+
+// CacheConfig tunes the index caches; zero values take the cache's defaults.
+type CacheConfig struct {
+	FreshnessTimeout  time.Duration
+	EventWindow       int
+	SnapshotRetention time.Duration
+	WatchBuffer       int
+	SlowWatcherBudget time.Duration
+	BookmarkInterval  time.Duration
+}
+
+// ExtraConfig is what index-apiserver adds to the generic server's config.
+type ExtraConfig struct {
+	// KubeClient reads the mirrored resources from kube-apiserver.
+	KubeClient kubernetes.Interface
+	Cache      CacheConfig
+}
+
+// Config is the whole server configuration.
+type Config struct {
+	GenericConfig *genericapiserver.RecommendedConfig
+	ExtraConfig   ExtraConfig
+}
+
+type completedConfig struct {
+	GenericConfig genericapiserver.CompletedConfig
+	ExtraConfig   *ExtraConfig
+}
+
+// CompletedConfig is a Config with every default filled in.
+type CompletedConfig struct {
+	*completedConfig
+}
+
+// Complete fills in defaults.
+func (cfg *Config) Complete() CompletedConfig {
+	return CompletedConfig{&completedConfig{
+		GenericConfig: cfg.GenericConfig.Complete(),
+		ExtraConfig:   &cfg.ExtraConfig,
+	}}
+}
+
+// Server is a running index-apiserver.
+type Server struct {
+	GenericAPIServer *genericapiserver.GenericAPIServer
+	// Caches by resource ("pods", "nodes"), for the IndexPolicy controller.
+	Caches map[string]*indexcache.Cache
+}
+
+// mirror is one served resource: its cache and the feed that fills it.
+type mirror struct {
+	cache *indexcache.Cache
+	feed  *upstream.Feed
+}
+
+// New builds the server. Caches start filling in a post-start hook, and
+// /readyz fails until all of them have synced.
+func (c CompletedConfig) New() (*Server, error) {
+	generic, err := c.GenericConfig.New("index-apiserver", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{GenericAPIServer: generic, Caches: map[string]*indexcache.Cache{}}
+
+	mirrors := map[string]*mirror{}
+	for _, res := range []upstream.Resource{upstream.Pods, upstream.Nodes} {
+		m, err := c.newMirror(res)
+		if err != nil {
+			return nil, err
+		}
+		mirrors[res.Name] = m
+		s.Caches[res.Name] = m.cache
+	}
+
+	group := genericapiserver.NewDefaultAPIGroupInfo(indexing.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
+	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
+		"pods":  pod.NewREST(mirrors["pods"].cache),
+		"nodes": node.NewREST(mirrors["nodes"].cache),
+	}
+	if err := generic.InstallAPIGroup(&group); err != nil {
+		return nil, err
+	}
+
+	generic.AddPostStartHookOrDie("start-index-caches", func(hctx genericapiserver.PostStartHookContext) error {
+		for name, m := range mirrors {
+			klog.InfoS("Starting index cache", "resource", name)
+			go m.cache.Run(hctx.Done())
+			go m.feed.Run(hctx)
+		}
+		return nil
+	})
+	if err := generic.AddReadyzChecks(healthz.NamedCheck("index-caches-synced", func(*http.Request) error {
+		for name, m := range mirrors {
+			if !m.cache.HasSynced() {
+				return fmt.Errorf("cache of %s has not synced yet", name)
+			}
+		}
+		return nil
+	})); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
+	feed := upstream.NewFeed(res, c.ExtraConfig.KubeClient)
+	fields := make(map[string]indexcache.FieldFunc, len(res.Fields))
+	for name, fn := range res.Fields {
+		fields[name] = indexcache.FieldFunc(fn)
+	}
+	cc := c.ExtraConfig.Cache
+	cache, err := indexcache.New(indexcache.Config{
+		GroupResource:          indexing.Resource(res.Name),
+		Namespaced:             res.Namespaced,
+		NewFunc:                res.NewFunc,
+		Transform:              res.Transform,
+		Fields:                 fields,
+		AlwaysIndexedFields:    res.AlwaysIndexed,
+		CurrentResourceVersion: func(ctx context.Context) (uint64, error) { return feed.CurrentResourceVersion(ctx) },
+		RequestProgress:        feed.RequestProgress,
+		FreshnessTimeout:       cc.FreshnessTimeout,
+		EventWindow:            cc.EventWindow,
+		SnapshotRetention:      cc.SnapshotRetention,
+		WatchBuffer:            cc.WatchBuffer,
+		SlowWatcherBudget:      cc.SlowWatcherBudget,
+		BookmarkInterval:       cc.BookmarkInterval,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the %s cache: %w", res.Name, err)
+	}
+	feed.Connect(cache.Ingest(), cache.ResourceVersion)
+	return &mirror{cache: cache, feed: feed}, nil
+}

@@ -1,0 +1,220 @@
+// Package server holds index-apiserver's command: its options, how they turn
+// into a server Config, and how the server runs.
+package server
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/spf13/pflag"
+	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/kubernetes"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	netutils "k8s.io/utils/net"
+
+	"github.com/index-apiserver/index-apiserver/pkg/apiserver"
+	generatedopenapi "github.com/index-apiserver/index-apiserver/pkg/generated/openapi"
+)
+
+// Options are everything index-apiserver can be told on its command line.
+type Options struct {
+	SecureServing  *genericoptions.SecureServingOptionsWithLoopback
+	Authentication *genericoptions.DelegatingAuthenticationOptions
+	Authorization  *genericoptions.DelegatingAuthorizationOptions
+	Audit          *genericoptions.AuditOptions
+	Features       *genericoptions.FeatureOptions
+	// Upstream is the cluster whose pods and nodes are mirrored (--kubeconfig).
+	Upstream *genericoptions.CoreAPIOptions
+	Logs     *logs.Options
+	Cache    CacheOptions
+}
+
+// CacheOptions tune the index caches.
+type CacheOptions struct {
+	FreshnessTimeout  time.Duration
+	EventWindow       int
+	SnapshotRetention time.Duration
+	WatchBuffer       int
+	SlowWatcherBudget time.Duration
+	BookmarkInterval  time.Duration
+	UpstreamQPS       float32
+	UpstreamBurst     int
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	o := &Options{
+		SecureServing:  genericoptions.NewSecureServingOptions().WithLoopback(),
+		Authentication: genericoptions.NewDelegatingAuthenticationOptions(),
+		Authorization:  genericoptions.NewDelegatingAuthorizationOptions(),
+		Audit:          genericoptions.NewAuditOptions(),
+		Features:       genericoptions.NewFeatureOptions(),
+		Upstream:       genericoptions.NewCoreAPIOptions(),
+		Logs:           logs.NewOptions(),
+		Cache: CacheOptions{
+			FreshnessTimeout:  3 * time.Second,
+			EventWindow:       100000,
+			SnapshotRetention: 75 * time.Second,
+			WatchBuffer:       100,
+			SlowWatcherBudget: 100 * time.Millisecond,
+			BookmarkInterval:  10 * time.Second,
+			UpstreamQPS:       50,
+			UpstreamBurst:     100,
+		},
+	}
+	// Many long-running watches share one HTTP/2 connection from the aggregator.
+	o.SecureServing.HTTP2MaxStreamsPerConnection = 1000
+	o.SecureServing.BindPort = 6443
+	return o
+}
+
+// Flags returns the flags in named sets, for --help.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	o.SecureServing.AddFlags(fss.FlagSet("secure serving"))
+	o.Authentication.AddFlags(fss.FlagSet("authentication"))
+	o.Authorization.AddFlags(fss.FlagSet("authorization"))
+	o.Audit.AddFlags(fss.FlagSet("auditing"))
+	o.Features.AddFlags(fss.FlagSet("features"))
+	utilfeature.DefaultMutableFeatureGate.AddFlag(fss.FlagSet("features"))
+	o.Upstream.AddFlags(fss.FlagSet("upstream cluster"))
+	o.Cache.AddFlags(fss.FlagSet("index cache"))
+	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
+	return fss
+}
+
+// AddFlags adds the cache flags.
+func (c *CacheOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.DurationVar(&c.FreshnessTimeout, "freshness-timeout", c.FreshnessTimeout,
+		"How long a consistent or resourceVersion=N read waits for the cache to catch up with kube-apiserver before it fails with 504.")
+	fs.IntVar(&c.EventWindow, "watch-event-window", c.EventWindow,
+		"How many recent events each cache keeps so watches can resume from a resourceVersion; older ones get 410 Gone.")
+	fs.DurationVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention,
+		"How long list snapshots are kept for continue tokens and resourceVersionMatch=Exact reads.")
+	fs.IntVar(&c.WatchBuffer, "watch-buffer", c.WatchBuffer,
+		"Events buffered per watcher before it counts as slow.")
+	fs.DurationVar(&c.SlowWatcherBudget, "slow-watcher-budget", c.SlowWatcherBudget,
+		"How long event dispatch may wait on full watcher buffers in total before the slow watcher is closed.")
+	fs.DurationVar(&c.BookmarkInterval, "bookmark-interval", c.BookmarkInterval,
+		"How often watchers that allow bookmarks receive one.")
+	fs.Float32Var(&c.UpstreamQPS, "upstream-qps", c.UpstreamQPS, "QPS of requests to kube-apiserver.")
+	fs.IntVar(&c.UpstreamBurst, "upstream-burst", c.UpstreamBurst, "Burst of requests to kube-apiserver.")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	errs = append(errs, o.SecureServing.Validate()...)
+	errs = append(errs, o.Authentication.Validate()...)
+	errs = append(errs, o.Authorization.Validate()...)
+	errs = append(errs, o.Audit.Validate()...)
+	errs = append(errs, o.Features.Validate()...)
+	errs = append(errs, o.Upstream.Validate()...)
+	errs = append(errs, logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate))
+	if o.Cache.EventWindow < 1 {
+		errs = append(errs, fmt.Errorf("--watch-event-window must be positive"))
+	}
+	if o.Cache.WatchBuffer < 1 {
+		errs = append(errs, fmt.Errorf("--watch-buffer must be positive"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"--freshness-timeout", o.Cache.FreshnessTimeout},
+		{"--snapshot-retention", o.Cache.SnapshotRetention},
+		{"--slow-watcher-budget", o.Cache.SlowWatcherBudget},
+		{"--bookmark-interval", o.Cache.BookmarkInterval},
+	} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive", d.name))
+		}
+	}
+	return joinErrors(errs)
+}
+
+func joinErrors(errs []error) error {
+	var msg string
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if msg != "" {
+			msg += "; "
+		}
+		msg += err.Error()
+	}
+	if msg == "" {
+		return nil
+	}
+	return fmt.Errorf("%s", msg)
+}
+
+// Config turns the options into a server Config.
+func (o *Options) Config() (*apiserver.Config, error) {
+	if err := o.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
+		return nil, fmt.Errorf("creating self-signed certificates: %w", err)
+	}
+	cfg := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	cfg.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+
+	namer := openapinamer.NewDefinitionNamer(apiserver.Scheme)
+	cfg.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	cfg.OpenAPIConfig.Info.Title = "index-apiserver"
+	cfg.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	cfg.OpenAPIV3Config.Info.Title = "index-apiserver"
+
+	if err := o.SecureServing.ApplyTo(&cfg.SecureServing, &cfg.LoopbackClientConfig); err != nil {
+		return nil, err
+	}
+	if err := o.Authentication.ApplyTo(&cfg.Authentication, cfg.SecureServing, cfg.OpenAPIConfig); err != nil {
+		return nil, err
+	}
+	if err := o.Authorization.ApplyTo(&cfg.Authorization); err != nil {
+		return nil, err
+	}
+	if err := o.Audit.ApplyTo(&cfg.Config); err != nil {
+		return nil, err
+	}
+	if err := o.Upstream.ApplyTo(cfg); err != nil {
+		return nil, err
+	}
+	coreClient, err := kubernetes.NewForConfig(cfg.ClientConfig)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.Features.ApplyTo(&cfg.Config, coreClient, cfg.SharedInformerFactory); err != nil {
+		return nil, err
+	}
+
+	// The mirrors are read over protobuf, as kube-apiserver's own clients do.
+	feedConfig := *cfg.ClientConfig
+	feedConfig.ContentType = "application/vnd.kubernetes.protobuf"
+	feedConfig.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	feedConfig.QPS, feedConfig.Burst = o.Cache.UpstreamQPS, o.Cache.UpstreamBurst
+	feedClient, err := kubernetes.NewForConfig(&feedConfig)
+	if err != nil {
+		return nil, err
+	}
+	return &apiserver.Config{
+		GenericConfig: cfg,
+		ExtraConfig: apiserver.ExtraConfig{
+			KubeClient: feedClient,
+			Cache: apiserver.CacheConfig{
+				FreshnessTimeout:  o.Cache.FreshnessTimeout,
+				EventWindow:       o.Cache.EventWindow,
+				SnapshotRetention: o.Cache.SnapshotRetention,
+				WatchBuffer:       o.Cache.WatchBuffer,
+				SlowWatcherBudget: o.Cache.SlowWatcherBudget,
+				BookmarkInterval:  o.Cache.BookmarkInterval,
+			},
+		},
+	}, nil
+}

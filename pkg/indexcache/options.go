@@ -1,0 +1,116 @@
+// Package indexcache is the indexed watch cache that index-apiserver serves from.
+//
+// It mirrors one upstream resource (pods or nodes): a client-go Reflector feeds it
+// through the cache.Store and cache.ResourceVersionUpdater interfaces, and the
+// registry reads from it with List, Get and Watch. It knows nothing about HTTP.
+// Errors it returns are apimachinery StatusErrors, ready to hand to a client.
+package indexcache
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/sharding"
+	"k8s.io/utils/clock"
+)
+
+// FieldFunc returns the values of one selectable field of an object. Most fields
+// have exactly one value; metadata.ownerReferences.uid may have several.
+type FieldFunc func(obj runtime.Object) []string
+
+// Config describes the resource a Cache mirrors and how it behaves.
+type Config struct {
+	// GroupResource is used in error messages and metrics labels.
+	GroupResource schema.GroupResource
+	// Namespaced tells whether objects live in namespaces.
+	Namespaced bool
+	// NewFunc returns an empty object of the served type, used for bookmarks.
+	NewFunc func() runtime.Object
+	// Transform converts what the reflector delivers (e.g. *corev1.Pod) into the
+	// object the cache stores and serves (e.g. *indexing.Pod). It runs once per
+	// object at ingest and must drop managedFields.
+	Transform func(obj interface{}) (runtime.Object, error)
+	// Fields are all selectable fields (besides metadata.namespace, which the cache
+	// handles itself) by field path. Field selectors may only name these.
+	Fields map[string]FieldFunc
+	// AlwaysIndexedFields are indexed from the start and can't be removed
+	// (metadata.name for all, spec.nodeName for pods).
+	AlwaysIndexedFields []string
+
+	// CurrentResourceVersion returns upstream's current resourceVersion; a
+	// consistent read waits until the cache has caught up to it.
+	CurrentResourceVersion func(ctx context.Context) (uint64, error)
+	// RequestProgress, if set, is called when a read waits for freshness, so the
+	// feeder can prove upstream has no newer events and advance the cache's
+	// resourceVersion (see UpdateResourceVersion).
+	RequestProgress func()
+
+	// FreshnessTimeout bounds the wait of consistent and NotOlderThan reads.
+	FreshnessTimeout time.Duration
+	// EventWindow is how many events are kept for watch replay.
+	EventWindow int
+	// SnapshotRetention is how long snapshots for continue tokens and Exact reads are kept.
+	SnapshotRetention time.Duration
+	// WatchBuffer is the per-watcher event buffer.
+	WatchBuffer int
+	// SlowWatcherBudget is the shared time the dispatcher may block on full
+	// watcher buffers before it closes the slow watcher.
+	SlowWatcherBudget time.Duration
+	// BookmarkInterval is how often watchers that allow bookmarks get one.
+	BookmarkInterval time.Duration
+
+	Clock clock.Clock
+}
+
+// ListOptions selects what List returns.
+type ListOptions struct {
+	// Namespace limits the list to one namespace; "" means all.
+	Namespace string
+	Label     labels.Selector // nil means everything
+	Field     fields.Selector // nil means everything
+	Shard     sharding.Selector
+	// ResourceVersion and ResourceVersionMatch follow kube-apiserver's semantics:
+	// "" consistent, "0" any, "N" NotOlderThan (default) or Exact.
+	ResourceVersion      string
+	ResourceVersionMatch metav1.ResourceVersionMatch
+	Limit                int64
+	Continue             string
+}
+
+// ListResult is one page of a list. Items are shared with the cache: never mutate them.
+type ListResult struct {
+	Items              []runtime.Object
+	ResourceVersion    uint64
+	Continue           string
+	RemainingItemCount *int64
+	// Index names the index that chose the candidates (e.g. "namespace",
+	// "label:app", "field:spec.nodeName", "shard:uid", "all").
+	Index string
+}
+
+// WatchOptions selects which events a watcher receives.
+type WatchOptions struct {
+	Namespace string
+	Label     labels.Selector
+	Field     fields.Selector
+	Shard     sharding.Selector
+	// ResourceVersion: "" or "0" start with the current state as ADDED events
+	// (unless SendInitialEvents says otherwise); "N" replays events after N.
+	ResourceVersion      string
+	ResourceVersionMatch metav1.ResourceVersionMatch
+	SendInitialEvents    *bool
+	AllowWatchBookmarks  bool
+}
+
+// IndexStat describes one index, for IndexPolicy status and metrics.
+type IndexStat struct {
+	Name           string // "label:<key>" or "field:<path>"
+	Values         int    // distinct values
+	Objects        int    // entries (object references)
+	EstimatedBytes int64
+}

@@ -1,0 +1,21 @@
+// Package node serves nodes.indexing.k8s.io: read-only mirrors of core nodes.
+package node
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/readonly"
+)
+
+// NewREST returns the storage of nodes.indexing.k8s.io served from cache.
+func NewREST(cache readonly.Cache) *readonly.REST {
+	return readonly.New(readonly.Resource{
+		GroupResource:  indexing.Resource("nodes"),
+		SingularName:   "node",
+		Namespaced:     false,
+		NewFunc:        func() runtime.Object { return &indexing.Node{} },
+		NewListFunc:    func() runtime.Object { return &indexing.NodeList{} },
+		TableConvertor: tableConvertor{},
+	}, cache)
+}

@@ -1,0 +1,177 @@
+// Package readonly is the rest.Storage shared by the mirrored resources: get,
+// list and watch served from an indexcache.Cache. Writes are not implemented,
+// so the generic handlers answer them with 405 MethodNotSupported.
+package readonly
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	apisharding "k8s.io/apimachinery/pkg/sharding"
+	"k8s.io/apimachinery/pkg/watch"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/sharding"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+)
+
+// Cache is what the storage reads from; *indexcache.Cache implements it.
+type Cache interface {
+	List(ctx context.Context, opts indexcache.ListOptions) (*indexcache.ListResult, error)
+	Get(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error)
+	Watch(ctx context.Context, opts indexcache.WatchOptions) (watch.Interface, error)
+}
+
+// Resource describes one mirrored resource.
+type Resource struct {
+	GroupResource schema.GroupResource
+	SingularName  string
+	Namespaced    bool
+	NewFunc       func() runtime.Object
+	NewListFunc   func() runtime.Object
+	rest.TableConvertor
+}
+
+// REST serves one mirrored resource from its cache.
+type REST struct {
+	Resource
+	cache Cache
+}
+
+var (
+	_ rest.Getter               = &REST{}
+	_ rest.Lister               = &REST{}
+	_ rest.Watcher              = &REST{}
+	_ rest.Scoper               = &REST{}
+	_ rest.SingularNameProvider = &REST{}
+	_ rest.Storage              = &REST{}
+)
+
+// New returns the storage of res served from cache.
+func New(res Resource, cache Cache) *REST {
+	return &REST{Resource: res, cache: cache}
+}
+
+func (r *REST) New() runtime.Object     { return r.NewFunc() }
+func (r *REST) NewList() runtime.Object { return r.NewListFunc() }
+func (r *REST) Destroy()                {}
+func (r *REST) NamespaceScoped() bool   { return r.Namespaced }
+func (r *REST) GetSingularName() string { return r.SingularName }
+
+// Get returns one object. The cached object is shared, so the caller gets a
+// shallow copy it may stamp with its apiVersion and kind.
+func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	rv := ""
+	if options != nil {
+		rv = options.ResourceVersion
+	}
+	obj, err := r.cache.Get(ctx, r.namespace(ctx), name, rv)
+	if err != nil {
+		return nil, err
+	}
+	return shallowCopy(obj), nil
+}
+
+// List returns the objects the options select, one page at a time.
+func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	opts, shard, err := r.listOptions(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.cache.List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	list := r.NewListFunc()
+	if err := meta.SetList(list, res.Items); err != nil {
+		return nil, errors.NewInternalError(err)
+	}
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, errors.NewInternalError(err)
+	}
+	lm.SetResourceVersion(fmt.Sprint(res.ResourceVersion))
+	lm.SetContinue(res.Continue)
+	lm.SetRemainingItemCount(res.RemainingItemCount)
+	if shard != nil {
+		if setter, ok := list.(metav1.ShardedListInterface); ok {
+			setter.SetShardInfo(&metav1.ShardInfo{Selector: shard.String()})
+		}
+	}
+	return list, nil
+}
+
+// Watch streams the changes the options select.
+func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	opts, _, err := r.listOptions(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	wopts := indexcache.WatchOptions{
+		Namespace:            opts.Namespace,
+		Label:                opts.Label,
+		Field:                opts.Field,
+		Shard:                opts.Shard,
+		ResourceVersion:      opts.ResourceVersion,
+		ResourceVersionMatch: opts.ResourceVersionMatch,
+	}
+	if options != nil {
+		wopts.SendInitialEvents = options.SendInitialEvents
+		wopts.AllowWatchBookmarks = options.AllowWatchBookmarks
+	}
+	return r.cache.Watch(ctx, wopts)
+}
+
+func (r *REST) namespace(ctx context.Context) string {
+	if !r.Namespaced {
+		return ""
+	}
+	return genericapirequest.NamespaceValue(ctx)
+}
+
+// listOptions translates the request's options into the cache's, parsing the
+// shard selector. A malformed shard selector is client input: 400, not the
+// 500 kube-apiserver answers.
+func (r *REST) listOptions(ctx context.Context, options *metainternalversion.ListOptions) (indexcache.ListOptions, apisharding.Selector, error) {
+	opts := indexcache.ListOptions{Namespace: r.namespace(ctx)}
+	if options == nil {
+		return opts, nil, nil
+	}
+	opts.Label = options.LabelSelector
+	opts.Field = options.FieldSelector
+	opts.ResourceVersion = options.ResourceVersion
+	opts.ResourceVersionMatch = options.ResourceVersionMatch
+	opts.Limit = options.Limit
+	opts.Continue = options.Continue
+	if options.ShardSelector == "" || !utilfeature.DefaultFeatureGate.Enabled(features.ShardedListAndWatch) {
+		return opts, nil, nil
+	}
+	sel, err := sharding.Parse(options.ShardSelector)
+	if err != nil {
+		return opts, nil, errors.NewBadRequest(fmt.Sprintf("invalid shardSelector: %v", err))
+	}
+	opts.Shard = sel
+	return opts, sel, nil
+}
+
+// shallowCopy returns a new object sharing obj's fields: cached objects are
+// read-only, but encoders stamp apiVersion and kind on what they are given.
+func shallowCopy(obj runtime.Object) runtime.Object {
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer {
+		return obj
+	}
+	out := reflect.New(v.Elem().Type())
+	out.Elem().Set(v.Elem())
+	return out.Interface().(runtime.Object)
+}

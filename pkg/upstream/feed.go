@@ -1,0 +1,153 @@
+package upstream
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// Sink is where a Feed writes: the cache's ingest side, and its current
+// resourceVersion (to know how far it got).
+type Sink interface {
+	cache.Store
+	cache.ResourceVersionUpdater
+}
+
+// Feed keeps one cache in step with one upstream resource.
+type Feed struct {
+	res    Resource
+	client kubernetes.Interface
+
+	sink      Sink
+	currentRV func() uint64
+
+	probeMu sync.Mutex
+	probing bool
+}
+
+// NewFeed returns a feed of res from client. Connect must be called before Run.
+func NewFeed(res Resource, client kubernetes.Interface) *Feed {
+	return &Feed{res: res, client: client}
+}
+
+// Connect names the cache the feed writes into.
+func (f *Feed) Connect(sink Sink, currentRV func() uint64) {
+	f.sink, f.currentRV = sink, currentRV
+}
+
+// Run lists and watches upstream until ctx ends. The Reflector relists after
+// a 410 or an upstream restart; the cache turns the relist into events.
+func (f *Feed) Run(ctx context.Context) {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return f.res.List(ctx, f.client, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return f.res.Watch(ctx, f.client, o)
+		},
+	}
+	r := cache.NewReflectorWithOptions(lw, f.res.ExpectedType, f.sink, cache.ReflectorOptions{
+		Name:            "upstream-" + f.res.Name,
+		TypeDescription: f.res.Name,
+	})
+	r.RunWithContext(ctx)
+}
+
+// CurrentResourceVersion asks upstream for its current resourceVersion with a
+// consistent one-item list: a read that waits for the cache to reach it sees
+// every write that completed before it started.
+func (f *Feed) CurrentResourceVersion(ctx context.Context) (uint64, error) {
+	list, err := f.res.List(ctx, f.client, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return 0, err
+	}
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(lm.GetResourceVersion(), 10, 64)
+}
+
+// probeTimeout is the shortest watch for which kube-apiserver sends a bookmark
+// (it sends one 2s before a watch's deadline).
+const probeTimeout = 3
+
+// RequestProgress proves, when upstream's resourceVersion has moved on through
+// writes to other resources, that this resource had no newer events, so the
+// cache may advance without one. It watches from the cache's resourceVersion
+// until upstream's pre-timeout bookmark: the events before it are exactly what
+// upstream has after the cache's resourceVersion. One probe runs at a time.
+func (f *Feed) RequestProgress() {
+	f.probeMu.Lock()
+	if f.probing {
+		f.probeMu.Unlock()
+		return
+	}
+	f.probing = true
+	f.probeMu.Unlock()
+	go func() {
+		defer func() {
+			f.probeMu.Lock()
+			f.probing = false
+			f.probeMu.Unlock()
+		}()
+		if err := f.probe(); err != nil {
+			klog.V(2).InfoS("Progress probe failed", "resource", f.res.Name, "err", err)
+		}
+	}()
+}
+
+func (f *Feed) probe() error {
+	ctx, cancel := context.WithTimeout(context.Background(), (probeTimeout+2)*time.Second)
+	defer cancel()
+	from := f.currentRV()
+	timeout := int64(probeTimeout)
+	w, err := f.res.Watch(ctx, f.client, metav1.ListOptions{
+		ResourceVersion:     strconv.FormatUint(from, 10),
+		AllowWatchBookmarks: true,
+		TimeoutSeconds:      &timeout,
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	var last uint64
+	for ev := range w.ResultChan() {
+		if ev.Type == watch.Error {
+			return nil
+		}
+		m, err := meta.Accessor(ev.Object)
+		if err != nil {
+			return err
+		}
+		rv, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+		if err != nil {
+			return err
+		}
+		if ev.Type != watch.Bookmark {
+			last = rv
+			continue
+		}
+		// Everything up to the bookmark is known: once the reflector has
+		// delivered the last event seen here, nothing lies between it and rv.
+		for f.currentRV() < last {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		f.sink.UpdateResourceVersion(strconv.FormatUint(rv, 10))
+		return nil
+	}
+	return nil
+}

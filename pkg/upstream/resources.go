@@ -1,0 +1,88 @@
+// Package upstream feeds the index caches from the cluster's kube-apiserver:
+// one client-go Reflector per mirrored resource, plus the freshness queries a
+// consistent read needs.
+package upstream
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+)
+
+// Resource describes how one core resource is read upstream and turned into
+// the mirror type the cache stores.
+type Resource struct {
+	Name       string // "pods" or "nodes"
+	Namespaced bool
+	// ExpectedType is what the upstream list and watch return.
+	ExpectedType runtime.Object
+	List         func(ctx context.Context, client kubernetes.Interface, opts metav1.ListOptions) (runtime.Object, error)
+	Watch        func(ctx context.Context, client kubernetes.Interface, opts metav1.ListOptions) (watch.Interface, error)
+	// Transform converts the upstream object into the mirror type, sharing its
+	// spec and status and dropping managedFields.
+	Transform func(obj interface{}) (runtime.Object, error)
+	NewFunc   func() runtime.Object
+	Fields    map[string]indexing.FieldFunc
+	// AlwaysIndexed fields are indexed whatever the policies say.
+	AlwaysIndexed []string
+}
+
+// Pods and Nodes are the mirrored resources.
+var (
+	Pods = Resource{
+		Name:         "pods",
+		Namespaced:   true,
+		ExpectedType: &corev1.Pod{},
+		List: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (runtime.Object, error) {
+			return c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+		},
+		Watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
+			return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+		},
+		Transform: func(obj interface{}) (runtime.Object, error) {
+			switch p := obj.(type) {
+			case *corev1.Pod:
+				m := p.ObjectMeta
+				m.ManagedFields = nil
+				return &indexing.Pod{ObjectMeta: m, Spec: p.Spec, Status: p.Status}, nil
+			case *indexing.Pod:
+				return p, nil
+			}
+			return nil, fmt.Errorf("expected a Pod, got %T", obj)
+		},
+		NewFunc:       func() runtime.Object { return &indexing.Pod{} },
+		Fields:        indexing.PodFields,
+		AlwaysIndexed: []string{"metadata.name", "spec.nodeName"},
+	}
+	Nodes = Resource{
+		Name:         "nodes",
+		ExpectedType: &corev1.Node{},
+		List: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (runtime.Object, error) {
+			return c.CoreV1().Nodes().List(ctx, o)
+		},
+		Watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
+			return c.CoreV1().Nodes().Watch(ctx, o)
+		},
+		Transform: func(obj interface{}) (runtime.Object, error) {
+			switch n := obj.(type) {
+			case *corev1.Node:
+				m := n.ObjectMeta
+				m.ManagedFields = nil
+				return &indexing.Node{ObjectMeta: m, Spec: n.Spec, Status: n.Status}, nil
+			case *indexing.Node:
+				return n, nil
+			}
+			return nil, fmt.Errorf("expected a Node, got %T", obj)
+		},
+		NewFunc:       func() runtime.Object { return &indexing.Node{} },
+		Fields:        indexing.NodeFields,
+		AlwaysIndexed: []string{"metadata.name"},
+	}
+)
