@@ -30,8 +30,9 @@ type Feed struct {
 	sink      Sink
 	currentRV func() uint64
 
-	probeMu sync.Mutex
-	probing bool
+	probeMu    sync.Mutex
+	probing    bool
+	probeAgain bool
 }
 
 // NewFeed returns a feed of res from client. Connect must be called before Run.
@@ -77,31 +78,40 @@ func (f *Feed) CurrentResourceVersion(ctx context.Context) (uint64, error) {
 	return strconv.ParseUint(lm.GetResourceVersion(), 10, 64)
 }
 
-// probeTimeout is the shortest watch for which kube-apiserver sends a bookmark
-// (it sends one 2s before a watch's deadline).
+// probeTimeout is the shortest watch for which kube-apiserver schedules a
+// bookmark (it sends one 2s before a watch's deadline, never in the past).
 const probeTimeout = 3
 
 // RequestProgress proves, when upstream's resourceVersion has moved on through
 // writes to other resources, that this resource had no newer events, so the
 // cache may advance without one. It watches from the cache's resourceVersion
-// until upstream's pre-timeout bookmark: the events before it are exactly what
-// upstream has after the cache's resourceVersion. One probe runs at a time.
+// until upstream's first bookmark: the events before it are exactly what
+// upstream has after the cache's resourceVersion. kube-apiserver sends that
+// bookmark within about a second when its own cache is ahead of ours (the
+// consistent list that found the target resourceVersion made it so).
+// One probe runs at a time; a request during a probe runs another after it,
+// since it may wait for a newer resourceVersion.
 func (f *Feed) RequestProgress() {
 	f.probeMu.Lock()
+	defer f.probeMu.Unlock()
 	if f.probing {
-		f.probeMu.Unlock()
+		f.probeAgain = true
 		return
 	}
 	f.probing = true
-	f.probeMu.Unlock()
 	go func() {
-		defer func() {
+		for {
+			if err := f.probe(); err != nil {
+				klog.V(2).InfoS("Progress probe failed", "resource", f.res.Name, "err", err)
+			}
 			f.probeMu.Lock()
-			f.probing = false
+			if !f.probeAgain {
+				f.probing = false
+				f.probeMu.Unlock()
+				return
+			}
+			f.probeAgain = false
 			f.probeMu.Unlock()
-		}()
-		if err := f.probe(); err != nil {
-			klog.V(2).InfoS("Progress probe failed", "resource", f.res.Name, "err", err)
 		}
 	}()
 }
