@@ -116,7 +116,9 @@ func TestTransformDropsManagedFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := out.(interface{ GetManagedFields() []metav1.ManagedFieldsEntry })
+	m := out.(interface {
+		GetManagedFields() []metav1.ManagedFieldsEntry
+	})
 	if len(m.GetManagedFields()) != 0 {
 		t.Fatal("managedFields kept")
 	}
