@@ -64,7 +64,8 @@ type Config struct {
 	// BookmarkInterval is how often watchers that allow bookmarks get one.
 	BookmarkInterval time.Duration
 
-	Clock clock.Clock
+	// Clock is injectable for tests; the real clock by default.
+	Clock clock.WithTicker
 }
 
 // ListOptions selects what List returns.

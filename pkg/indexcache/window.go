@@ -1,0 +1,44 @@
+package indexcache
+
+import "sort"
+
+// eventWindow keeps the most recent events for watch replay and for
+// rebuilding past states. startRV is the resourceVersion after which every
+// event is still held.
+type eventWindow struct {
+	events  []*storeEvent // ring
+	head    int           // index of the oldest event
+	size    int
+	startRV uint64
+}
+
+func newEventWindow(capacity int) eventWindow {
+	return eventWindow{events: make([]*storeEvent, capacity)}
+}
+
+func (w *eventWindow) at(i int) *storeEvent { return w.events[(w.head+i)%len(w.events)] }
+
+func (w *eventWindow) add(ev *storeEvent) {
+	if w.size == len(w.events) {
+		w.startRV = w.events[w.head].rv
+		w.events[w.head] = nil
+		w.head = (w.head + 1) % len(w.events)
+		w.size--
+	}
+	w.events[(w.head+w.size)%len(w.events)] = ev
+	w.size++
+}
+
+// since returns the events after rv, oldest first; ok is false when some of
+// them were already dropped.
+func (w *eventWindow) since(rv uint64) ([]*storeEvent, bool) {
+	if rv < w.startRV {
+		return nil, false
+	}
+	i := sort.Search(w.size, func(i int) bool { return w.at(i).rv > rv })
+	out := make([]*storeEvent, 0, w.size-i)
+	for ; i < w.size; i++ {
+		out = append(out, w.at(i))
+	}
+	return out, true
+}

@@ -1,0 +1,100 @@
+// Package metrics defines every metric index-apiserver exports, all named
+// index_apiserver_*. They are registered in component-base's legacy registry,
+// which the generic API server serves on /metrics.
+package metrics
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+const namespace = "index_apiserver"
+
+var (
+	// Watchers counts open watchers by the routing index they are registered
+	// in (KEP-4933 watcher_counter).
+	Watchers = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "watchers",
+		Help:           "Open watchers by resource and the index they are registered in (namespace, label:<key>, field:<path>, shard, unindexed).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "index"})
+	// DispatchCandidates is how many watchers each event was offered to
+	// (KEP-4933 watch_dispatch_event_num_watchers).
+	DispatchCandidates = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace: namespace, Name: "watch_dispatch_event_num_watchers",
+		Help:           "Watchers each event was offered to after index routing.",
+		Buckets:        []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384},
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	// WatchShards counts watchers with a shard selector (KEP-5866 watch_shards_total).
+	WatchShards = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "watch_shards_total",
+		Help:           "Open watchers with a shardSelector.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	// FilteredEvents counts (event, watcher) pairs not delivered: skipped by
+	// routing, or offered and rejected by the watcher's selector.
+	FilteredEvents = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Name: "watch_filtered_events_total",
+		Help:           "Event deliveries avoided: watchers an event was not routed to, plus routed watchers whose selector rejected it.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	// EventsDispatched counts (event, watcher) deliveries.
+	EventsDispatched = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Name: "events_dispatched_total",
+		Help:           "Events delivered to watchers (one per event and watcher).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	// ListRequests counts lists by the index that chose their candidates.
+	ListRequests = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Name: "list_requests_total",
+		Help:           "List requests by resource and the index that chose the candidates (all = full scan).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "index"})
+	// CacheObjects is the number of cached objects.
+	CacheObjects = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "cache_objects",
+		Help:           "Objects in the cache.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	// IndexValues is each index's cardinality.
+	IndexValues = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "index_values",
+		Help:           "Distinct values in each index.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "index"})
+	// CacheResourceVersion is the resourceVersion the cache has reached.
+	CacheResourceVersion = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "cache_resource_version",
+		Help:           "The upstream resourceVersion the cache has caught up to.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	// ResourceVersionLag is how far behind upstream a consistent read found the cache.
+	ResourceVersionLag = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "cache_resource_version_lag",
+		Help:           "Upstream's current resourceVersion minus the cache's, as last seen by a consistent read.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	// SlowWatchersClosed counts watchers closed because they did not keep up.
+	SlowWatchersClosed = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Name: "slow_watchers_closed_total",
+		Help:           "Watchers closed because their buffer stayed full past the dispatch budget.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+)
+
+var registerOnce sync.Once
+
+// Register registers every metric once.
+func Register() {
+	registerOnce.Do(func() {
+		for _, m := range []metrics.Registerable{
+			Watchers, DispatchCandidates, WatchShards, FilteredEvents, EventsDispatched,
+			ListRequests, CacheObjects, IndexValues, CacheResourceVersion, ResourceVersionLag, SlowWatchersClosed,
+		} {
+			legacyregistry.MustRegister(m)
+		}
+	})
+}
