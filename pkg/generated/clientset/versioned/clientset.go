@@ -22,6 +22,7 @@ import (
 	fmt "fmt"
 	http "net/http"
 
+	configv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned/typed/config/v1alpha1"
 	indexingv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned/typed/indexing/v1alpha1"
 	discovery "k8s.io/client-go/discovery"
 	rest "k8s.io/client-go/rest"
@@ -30,13 +31,20 @@ import (
 
 type Interface interface {
 	Discovery() discovery.DiscoveryInterfaces
+	ConfigV1alpha1() configv1alpha1.ConfigV1alpha1Interface
 	IndexingV1alpha1() indexingv1alpha1.IndexingV1alpha1Interface
 }
 
 // Clientset contains the clients for groups.
 type Clientset struct {
 	*discovery.DiscoveryClient
+	configV1alpha1   *configv1alpha1.ConfigV1alpha1Client
 	indexingV1alpha1 *indexingv1alpha1.IndexingV1alpha1Client
+}
+
+// ConfigV1alpha1 retrieves the ConfigV1alpha1Client
+func (c *Clientset) ConfigV1alpha1() configv1alpha1.ConfigV1alpha1Interface {
+	return c.configV1alpha1
 }
 
 // IndexingV1alpha1 retrieves the IndexingV1alpha1Client
@@ -88,6 +96,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 
 	var cs Clientset
 	var err error
+	cs.configV1alpha1, err = configv1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	cs.indexingV1alpha1, err = indexingv1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
 		return nil, err
@@ -113,6 +125,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 // New creates a new Clientset for the given RESTClient.
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
+	cs.configV1alpha1 = configv1alpha1.New(c)
 	cs.indexingV1alpha1 = indexingv1alpha1.New(c)
 
 	cs.DiscoveryClient = discovery.NewDiscoveryClient(c)

@@ -25,6 +25,7 @@ import (
 	time "time"
 
 	versioned "github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned"
+	config "github.com/index-apiserver/index-apiserver/pkg/generated/informers/externalversions/config"
 	indexing "github.com/index-apiserver/index-apiserver/pkg/generated/informers/externalversions/indexing"
 	internalinterfaces "github.com/index-apiserver/index-apiserver/pkg/generated/informers/externalversions/internalinterfaces"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -325,7 +326,12 @@ type SharedInformerFactory interface {
 	// client.
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
+	Config() config.Interface
 	Indexing() indexing.Interface
+}
+
+func (f *sharedInformerFactory) Config() config.Interface {
+	return config.New(f, f.namespace, f.tweakListOptions)
 }
 
 func (f *sharedInformerFactory) Indexing() indexing.Interface {

@@ -21,7 +21,8 @@ package externalversions
 import (
 	fmt "fmt"
 
-	v1alpha1 "github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
+	v1alpha1 "github.com/index-apiserver/index-apiserver/pkg/apis/config/v1alpha1"
+	indexingv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	cache "k8s.io/client-go/tools/cache"
 )
@@ -52,10 +53,14 @@ func (f *genericInformer) Lister() cache.GenericLister {
 // TODO extend this to unknown resources with a client pool
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
-	// Group=indexing.k8s.io, Version=v1alpha1
-	case v1alpha1.SchemeGroupVersion.WithResource("nodes"):
+	// Group=config.indexing.k8s.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("indexpolicies"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Config().V1alpha1().IndexPolicies().Informer()}, nil
+
+		// Group=indexing.k8s.io, Version=v1alpha1
+	case indexingv1alpha1.SchemeGroupVersion.WithResource("nodes"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Indexing().V1alpha1().Nodes().Informer()}, nil
-	case v1alpha1.SchemeGroupVersion.WithResource("pods"):
+	case indexingv1alpha1.SchemeGroupVersion.WithResource("pods"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Indexing().V1alpha1().Pods().Informer()}, nil
 
 	}

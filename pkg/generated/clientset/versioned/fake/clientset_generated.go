@@ -20,6 +20,8 @@ package fake
 
 import (
 	clientset "github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned"
+	configv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned/typed/config/v1alpha1"
+	fakeconfigv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned/typed/config/v1alpha1/fake"
 	indexingv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned/typed/indexing/v1alpha1"
 	fakeindexingv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned/typed/indexing/v1alpha1/fake"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,6 +96,11 @@ var (
 	_ clientset.Interface = &Clientset{}
 	_ testing.FakeClient  = &Clientset{}
 )
+
+// ConfigV1alpha1 retrieves the ConfigV1alpha1Client
+func (c *Clientset) ConfigV1alpha1() configv1alpha1.ConfigV1alpha1Interface {
+	return &fakeconfigv1alpha1.FakeConfigV1alpha1{Fake: &c.Fake}
+}
 
 // IndexingV1alpha1 retrieves the IndexingV1alpha1Client
 func (c *Clientset) IndexingV1alpha1() indexingv1alpha1.IndexingV1alpha1Interface {
