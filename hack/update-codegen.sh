@@ -24,6 +24,8 @@ kube::codegen::gen_openapi \
   --output-dir "$ROOT/pkg/generated/openapi" \
   --output-pkg "$MODULE/pkg/generated/openapi" \
   --extra-pkgs k8s.io/api/core/v1 \
+  --extra-pkgs k8s.io/apimachinery/pkg/util/intstr \
+  --output-model-name-file zz_generated.model_name.go \
   --report-filename "$ROOT/hack/api-violations.list" \
   "${update_report[@]}" \
   --boilerplate "$BOILERPLATE" \
