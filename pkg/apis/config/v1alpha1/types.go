@@ -27,6 +27,7 @@ const (
 	ReasonTooManyIndexes  = "TooManyIndexes"
 	ReasonNotAccepted     = "NotAccepted"
 	ReasonBuilt           = "IndexesBuilt"
+	ReasonPending         = "Pending"
 	ReasonBuildFailed     = "BuildFailed"
 	ReasonCacheNotRunning = "CacheNotRunning"
 )
@@ -66,8 +67,8 @@ type IndexPolicy struct {
 
 // IndexPolicySpec names one resource and what of it to index.
 //
-// +kubebuilder:validation:XValidation:rule=`self.resource != 'pods' || !has(self.fields) || self.fields.all(f, f in ['metadata.name', 'metadata.ownerReferences.uid', 'spec.hostNetwork', 'spec.nodeName', 'spec.restartPolicy', 'spec.schedulerName', 'spec.serviceAccountName', 'status.nominatedNodeName', 'status.phase', 'status.podIP'])`,messageExpression=`'unsupported field(s) for pods: ' + self.fields.filter(f, !(f in ['metadata.name', 'metadata.ownerReferences.uid', 'spec.hostNetwork', 'spec.nodeName', 'spec.restartPolicy', 'spec.schedulerName', 'spec.serviceAccountName', 'status.nominatedNodeName', 'status.phase', 'status.podIP'])).join(', ') + '; supported: metadata.name, metadata.ownerReferences.uid, spec.hostNetwork, spec.nodeName, spec.restartPolicy, spec.schedulerName, spec.serviceAccountName, status.nominatedNodeName, status.phase, status.podIP'`,fieldPath=`.fields`,reason=FieldValueInvalid
-// +kubebuilder:validation:XValidation:rule=`self.resource != 'nodes' || !has(self.fields) || self.fields.all(f, f in ['metadata.name', 'spec.unschedulable'])`,messageExpression=`'unsupported field(s) for nodes: ' + self.fields.filter(f, !(f in ['metadata.name', 'spec.unschedulable'])).join(', ') + '; supported: metadata.name, spec.unschedulable'`,fieldPath=`.fields`,reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule=`self.resource != 'pods' || !has(self.fields) || self.fields.all(f, f in ['metadata.name', 'metadata.ownerReferences.uid', 'spec.hostNetwork', 'spec.nodeName', 'spec.restartPolicy', 'spec.schedulerName', 'spec.serviceAccountName', 'status.nominatedNodeName', 'status.phase', 'status.podIP'])`,messageExpression=`'unsupported field for pods: ' + self.fields.filter(f, !(f in ['metadata.name', 'metadata.ownerReferences.uid', 'spec.hostNetwork', 'spec.nodeName', 'spec.restartPolicy', 'spec.schedulerName', 'spec.serviceAccountName', 'status.nominatedNodeName', 'status.phase', 'status.podIP']))[0] + '; supported: metadata.name, metadata.ownerReferences.uid, spec.hostNetwork, spec.nodeName, spec.restartPolicy, spec.schedulerName, spec.serviceAccountName, status.nominatedNodeName, status.phase, status.podIP'`,fieldPath=`.fields`,reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule=`self.resource != 'nodes' || !has(self.fields) || self.fields.all(f, f in ['metadata.name', 'spec.unschedulable'])`,messageExpression=`'unsupported field for nodes: ' + self.fields.filter(f, !(f in ['metadata.name', 'spec.unschedulable']))[0] + '; supported: metadata.name, spec.unschedulable'`,fieldPath=`.fields`,reason=FieldValueInvalid
 type IndexPolicySpec struct {
 	// resource is the mirrored resource to index: pods or nodes.
 	// +required
@@ -81,7 +82,7 @@ type IndexPolicySpec struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=317
-	// +kubebuilder:validation:items:XValidation:rule=`!format.qualifiedName().validate(self).hasValue()`,messageExpression=`'invalid label key ' + self + ': ' + format.qualifiedName().validate(self).value().join('; ')`
+	// +kubebuilder:validation:items:XValidation:rule=`!format.qualifiedName().validate(self).hasValue()`,messageExpression=`'invalid label key ' + self + ': ' + format.qualifiedName().validate(self).value()[0]`
 	Labels []string `json:"labels,omitempty"`
 
 	// fields are field paths to index; only the fields the resource supports

@@ -1,0 +1,338 @@
+// Package policy is the IndexPolicy controller: it watches IndexPolicy objects
+// (config.indexing.k8s.io/v1alpha1), validates them, merges the accepted ones
+// per resource and applies the union to the index caches while serving. Every
+// replica applies; only the holder of the Lease index-apiserver-policy-status
+// writes the policies' status.
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	configv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/apis/config/v1alpha1"
+	"github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned"
+	"github.com/index-apiserver/index-apiserver/pkg/generated/informers/externalversions"
+	configlisters "github.com/index-apiserver/index-apiserver/pkg/generated/listers/config/v1alpha1"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+)
+
+// IndexSetter is what the controller needs of an index cache
+// (*indexcache.Cache implements it).
+type IndexSetter interface {
+	// SetIndexes replaces the policy-chosen indexes, building new ones beside
+	// the current ones and swapping.
+	SetIndexes(labelKeys, fieldPaths []string) error
+	// IndexStats describes the indexes the cache has built.
+	IndexStats() []indexcache.IndexStat
+}
+
+var _ IndexSetter = &indexcache.Cache{}
+
+// Config is what New needs.
+type Config struct {
+	// Client reads IndexPolicies and writes their status.
+	Client versioned.Interface
+	// KubeClient holds the leader-election Lease; unused without leader election.
+	KubeClient kubernetes.Interface
+	// Caches by resource ("pods", "nodes").
+	Caches map[string]IndexSetter
+	// Options; NewOptions() if nil.
+	Options *Options
+	// Identity of this replica in the Lease; hostname_<uuid> if empty.
+	Identity string
+	// Clock is injectable for tests.
+	Clock clock.Clock
+}
+
+// syncKey is the one work item: every policy change re-merges all policies.
+const syncKey = "all"
+
+// Controller applies IndexPolicies to the caches and reports their status.
+type Controller struct {
+	opts     *Options
+	client   versioned.Interface
+	kube     kubernetes.Interface
+	caches   map[string]IndexSetter
+	identity string
+	clock    clock.Clock
+
+	factory externalversions.SharedInformerFactory
+	lister  configlisters.IndexPolicyLister
+	synced  cache.InformerSynced
+	queue   workqueue.TypedRateLimitingInterface[string]
+
+	leader atomic.Bool
+
+	mu sync.Mutex
+	// applied is the index set last applied successfully, per resource.
+	applied map[string]IndexSet
+	// applyErr is the error of the last failed apply, per resource.
+	applyErr map[string]error
+	// statsWritten is when the status of a policy (by UID) was last written.
+	statsWritten map[string]time.Time
+}
+
+// New builds the controller. Call Run to start it.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("policy: Client is required")
+	}
+	opts := cfg.Options
+	if opts == nil {
+		opts = NewOptions()
+	}
+	if errs := opts.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("policy: %w", errors.Join(errs...))
+	}
+	if opts.LeaderElect && cfg.KubeClient == nil {
+		return nil, errors.New("policy: KubeClient is required for leader election")
+	}
+	id := cfg.Identity
+	if id == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			host = "index-apiserver"
+		}
+		id = host + "_" + string(uuid.NewUUID())
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	factory := externalversions.NewSharedInformerFactory(cfg.Client, 0)
+	informer := factory.Config().V1alpha1().IndexPolicies()
+	c := &Controller{
+		opts:     opts,
+		client:   cfg.Client,
+		kube:     cfg.KubeClient,
+		caches:   cfg.Caches,
+		identity: id,
+		clock:    clk,
+		factory:  factory,
+		lister:   informer.Lister(),
+		synced:   informer.Informer().HasSynced,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "index-policy"}),
+		applied:      map[string]IndexSet{},
+		applyErr:     map[string]error{},
+		statsWritten: map[string]time.Time{},
+	}
+	enqueue := func() { c.queue.Add(syncKey) }
+	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { enqueue() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*configv1alpha1.IndexPolicy)
+			n, ok2 := newObj.(*configv1alpha1.IndexPolicy)
+			if ok1 && ok2 && o.ResourceVersion == n.ResourceVersion {
+				return
+			}
+			enqueue()
+		},
+		DeleteFunc: func(any) { enqueue() },
+	}); err != nil {
+		return nil, err
+	}
+	if !opts.LeaderElect {
+		c.leader.Store(true)
+	}
+	return c, nil
+}
+
+// IsLeader tells whether this replica currently writes status.
+func (c *Controller) IsLeader() bool { return c.leader.Load() }
+
+// Run runs the controller until ctx is done.
+func (c *Controller) Run(ctx context.Context) {
+	defer utilruntime.HandleCrash()
+	logger := klog.FromContext(ctx).WithName("index-policy")
+	ctx = klog.NewContext(ctx, logger)
+	defer c.queue.ShutDown()
+
+	c.factory.Start(ctx.Done())
+	defer c.factory.Shutdown()
+	logger.Info("Starting IndexPolicy controller", "identity", c.identity, "leaderElect", c.opts.LeaderElect)
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced) {
+		return
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if c.opts.LeaderElect {
+		wg.Go(func() { c.runLeaderElection(ctx) })
+	}
+	wg.Go(func() {
+		// Refresh the index statistics in status now and then.
+		wait.Until(func() { c.queue.Add(syncKey) }, c.opts.StatusInterval, ctx.Done())
+	})
+	c.queue.Add(syncKey)
+	wg.Go(func() {
+		for c.processNext(ctx) {
+		}
+	})
+	<-ctx.Done()
+	c.queue.ShutDown()
+}
+
+func (c *Controller) runLeaderElection(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.opts.LeaderElectNamespace, Name: LeaseName},
+		Client:     c.kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: c.identity},
+	}
+	cfg := leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            LeaseName,
+		LeaseDuration:   c.opts.LeaseDuration,
+		RenewDeadline:   c.opts.RenewDeadline,
+		RetryPeriod:     c.opts.RetryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) {
+				logger.Info("Became the IndexPolicy status writer", "lease", c.opts.LeaderElectNamespace+"/"+LeaseName)
+				c.leader.Store(true)
+				c.queue.Add(syncKey)
+			},
+			OnStoppedLeading: func() {
+				logger.Info("No longer the IndexPolicy status writer")
+				c.leader.Store(false)
+			},
+			OnNewLeader: func(id string) {
+				if id != c.identity {
+					logger.V(2).Info("IndexPolicy status is written by another replica", "leader", id)
+				}
+			},
+		},
+	}
+	// Run returns when leadership is lost; stand again until ctx is done.
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		le, err := leaderelection.NewLeaderElector(cfg)
+		if err != nil {
+			utilruntime.HandleErrorWithContext(ctx, err, "Leader election for IndexPolicy status is misconfigured")
+			return
+		}
+		le.Run(ctx)
+	}, c.opts.RetryPeriod)
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	if err := c.sync(ctx); err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "Syncing IndexPolicies failed, will retry")
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	return true
+}
+
+// sync merges all policies, applies the result to the caches and, on the
+// leader, writes status.
+func (c *Controller) sync(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	policies, err := c.lister.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	effective, decisions := Merge(policies, c.opts.MaxIndexesPerResource)
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	states := map[string]resourceState{}
+	for _, res := range Resources {
+		setter, ok := c.caches[res]
+		if !ok || setter == nil {
+			states[res] = resourceState{}
+			continue
+		}
+		want := effective[res]
+		if prev, ok := c.applied[res]; !ok || !prev.Equal(want) || c.applyErr[res] != nil {
+			if err := setter.SetIndexes(want.Labels, want.Fields); err != nil {
+				c.applyErr[res] = err
+				errs = append(errs, fmt.Errorf("applying indexes of %s: %w", res, err))
+			} else {
+				logger.Info("Applied IndexPolicies", "resource", res, "labels", want.Labels, "fields", want.Fields)
+				c.applied[res] = want
+				delete(c.applyErr, res)
+			}
+		}
+		st := resourceState{running: true, applyErr: c.applyErr[res], stats: map[string]indexcache.IndexStat{}}
+		for _, s := range setter.IndexStats() {
+			st.stats[s.Name] = s
+		}
+		states[res] = st
+	}
+
+	if c.leader.Load() {
+		if err := c.writeStatus(ctx, policies, decisions, states); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Controller) writeStatus(ctx context.Context, policies []*configv1alpha1.IndexPolicy, decisions map[string]Decision, states map[string]resourceState) error {
+	logger := klog.FromContext(ctx)
+	now := metav1.NewTime(c.clock.Now())
+	live := map[string]bool{}
+	var errs []error
+	for _, p := range policies {
+		uid := string(p.UID)
+		live[uid] = true
+		desired := desiredStatus(p, decisions[p.Name], states[p.Spec.Resource], now)
+		switch compareStatus(&p.Status, &desired) {
+		case statusSame:
+			continue
+		case statusStatsOnly:
+			if last, ok := c.statsWritten[uid]; ok && c.clock.Since(last) < c.opts.StatusInterval {
+				continue
+			}
+		}
+		if !c.leader.Load() {
+			return nil
+		}
+		updated := p.DeepCopy()
+		updated.Status = desired
+		if _, err := c.client.ConfigV1alpha1().IndexPolicies().UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			errs = append(errs, fmt.Errorf("writing the status of IndexPolicy %s: %w", p.Name, err))
+			continue
+		}
+		c.statsWritten[uid] = c.clock.Now()
+		d := decisions[p.Name]
+		logger.V(2).Info("Wrote IndexPolicy status", "policy", p.Name, "accepted", d.Accepted, "reason", d.Reason)
+	}
+	for uid := range c.statsWritten {
+		if !live[uid] {
+			delete(c.statsWritten, uid)
+		}
+	}
+	return errors.Join(errs...)
+}

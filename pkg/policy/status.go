@@ -1,0 +1,117 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	configv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/apis/config/v1alpha1"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+)
+
+// resourceState is what one replica knows about the caches of a resource.
+type resourceState struct {
+	// running is false when this server has no cache for the resource.
+	running bool
+	// applyErr is the error of the last attempt to apply the effective set.
+	applyErr error
+	// stats of the indexes the cache has built, by name.
+	stats map[string]indexcache.IndexStat
+}
+
+// desiredStatus computes a policy's status from the decision about it and the
+// state of its resource's cache. Conditions keep their lastTransitionTime when
+// their status doesn't change.
+func desiredStatus(p *configv1alpha1.IndexPolicy, d Decision, st resourceState, now metav1.Time) configv1alpha1.IndexPolicyStatus {
+	out := configv1alpha1.IndexPolicyStatus{
+		ObservedGeneration: p.Generation,
+		Conditions:         cloneConditions(p.Status.Conditions),
+	}
+	set := func(typ string, ok bool, reason, msg string) {
+		status := metav1.ConditionFalse
+		if ok {
+			status = metav1.ConditionTrue
+		}
+		c := metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: p.Generation, LastTransitionTime: now}
+		meta.SetStatusCondition(&out.Conditions, c)
+	}
+
+	set(configv1alpha1.ConditionAccepted, d.Accepted, d.Reason, d.Message)
+	switch {
+	case !d.Accepted:
+		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonNotAccepted, "the policy is not accepted; see the Accepted condition")
+		return out
+	case !st.running:
+		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonCacheNotRunning,
+			fmt.Sprintf("this server has no cache of %s", p.Spec.Resource))
+		return out
+	case st.applyErr != nil:
+		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonBuildFailed,
+			fmt.Sprintf("building the indexes of %s failed (will retry): %v", p.Spec.Resource, st.applyErr))
+		return out
+	}
+
+	var missing []string
+	for _, name := range d.Indexes.Names() {
+		s, ok := st.stats[name]
+		if !ok {
+			missing = append(missing, name)
+			continue
+		}
+		out.Indexes = append(out.Indexes, configv1alpha1.IndexStatus{
+			Name:           name,
+			Values:         int64(s.Values),
+			Objects:        int64(s.Objects),
+			EstimatedBytes: s.EstimatedBytes,
+		})
+	}
+	switch {
+	case len(missing) > 0:
+		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonPending,
+			"indexes not built yet: "+strings.Join(missing, ", "))
+	case d.Indexes.Len() == 0:
+		set(configv1alpha1.ConditionReady, true, configv1alpha1.ReasonBuilt, "nothing to index")
+	default:
+		set(configv1alpha1.ConditionReady, true, configv1alpha1.ReasonBuilt,
+			fmt.Sprintf("%d indexes built and serving: %s", d.Indexes.Len(), strings.Join(d.Indexes.Names(), ", ")))
+	}
+	return out
+}
+
+func cloneConditions(cs []metav1.Condition) []metav1.Condition {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]metav1.Condition, len(cs))
+	copy(out, cs)
+	return out
+}
+
+// statusChange says how a desired status differs from the current one.
+type statusChange int
+
+const (
+	statusSame      statusChange = iota
+	statusStatsOnly              // only the numbers of the indexes changed
+	statusChanged
+)
+
+func compareStatus(current, desired *configv1alpha1.IndexPolicyStatus) statusChange {
+	if equality.Semantic.DeepEqual(current, desired) {
+		return statusSame
+	}
+	if current.ObservedGeneration != desired.ObservedGeneration ||
+		!equality.Semantic.DeepEqual(current.Conditions, desired.Conditions) ||
+		len(current.Indexes) != len(desired.Indexes) {
+		return statusChanged
+	}
+	for i := range current.Indexes {
+		if current.Indexes[i].Name != desired.Indexes[i].Name {
+			return statusChanged
+		}
+	}
+	return statusStatsOnly
+}
