@@ -45,7 +45,8 @@ func newClients(t *testing.T, cfg *rest.Config) *clients {
 
 // get does a raw GET of path (with query) and returns the status code and body.
 func (c *clients) get(ctx context.Context, path string) (int, []byte) {
-	res := c.kube.Discovery().RESTClient().Get().RequestURI(path).Do(ctx)
+	// No retries: a 504 with Retry-After must reach the test as it is.
+	res := c.kube.Discovery().RESTClient().Get().RequestURI(path).MaxRetries(0).Do(ctx)
 	var code int
 	res.StatusCode(&code)
 	body, _ := res.Raw()
