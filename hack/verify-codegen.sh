@@ -9,7 +9,7 @@ trap 'rm -rf "$TMP"' EXIT
 
 # Copy the tracked and untracked-but-not-ignored files, not _output/.
 (cd "$ROOT" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$TMP")
-"$TMP/hack/update-codegen.sh" >/dev/null
+(cd "$TMP" && hack/update-codegen.sh >/dev/null)
 
 status=0
 for dir in pkg artifacts; do

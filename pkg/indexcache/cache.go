@@ -63,6 +63,7 @@ type Cache struct {
 	ingestMu sync.Mutex
 
 	mu                         sync.RWMutex
+	cloneMu                    sync.Mutex
 	tree                       *btree.BTreeG[*entry]
 	indexes                    *indexSet
 	rv                         uint64

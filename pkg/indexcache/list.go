@@ -25,11 +25,14 @@ func continueExpired() error {
 	return errors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
 }
 
-// view is a consistent state to list from.
+// view is a consistent state to list from. For the live state, the index
+// candidates are picked under the same lock as the tree snapshot.
 type view struct {
-	tree    *btree.BTreeG[*entry]
-	rv      uint64
-	indexes *indexSet // only for the live state
+	tree       *btree.BTreeG[*entry]
+	rv         uint64
+	indexed    bool
+	candidates []*entry
+	index      string
 }
 
 // List returns one page of the objects the options select.
@@ -83,16 +86,27 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 				return nil, err
 			}
 		}
-		v = c.live()
+		v = c.live(pred)
 	}
 	return c.page(v, pred, startKey, opts.Limit)
 }
 
-// live takes a copy-on-write snapshot of the current state with its indexes.
-func (c *Cache) live() view {
+// live takes a copy-on-write snapshot of the current state, with the index
+// candidates for pred when an index applies.
+func (c *Cache) live(pred *predicate) view {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return view{tree: c.tree.Clone(), rv: c.rv, indexes: c.indexes}
+	v := view{tree: c.cloneTree(), rv: c.rv}
+	v.candidates, v.index, v.indexed = c.indexes.candidates(pred)
+	return v
+}
+
+// cloneTree takes a copy-on-write clone of the store. Clone writes to the
+// original tree's bookkeeping, so concurrent readers take turns.
+func (c *Cache) cloneTree() *btree.BTreeG[*entry] {
+	c.cloneMu.Lock()
+	defer c.cloneMu.Unlock()
+	return c.tree.Clone()
 }
 
 // stateAt returns the state at rv: a retained snapshot, or the current state
@@ -106,7 +120,7 @@ func (c *Cache) stateAt(rv uint64, forContinue bool) (view, error) {
 		return view{tree: s.tree, rv: rv}, nil
 	}
 	if rv == c.rv {
-		return view{tree: c.tree.Clone(), rv: rv}, nil
+		return view{tree: c.cloneTree(), rv: rv}, nil
 	}
 	events, ok := c.window.since(rv)
 	if !ok || rv > c.rv {
@@ -115,7 +129,7 @@ func (c *Cache) stateAt(rv uint64, forContinue bool) (view, error) {
 		}
 		return view{}, tooOld(rv, c.window.startRV)
 	}
-	t := c.tree.Clone()
+	t := c.cloneTree()
 	for i := len(events) - 1; i >= 0; i-- {
 		ev := events[i]
 		switch ev.typ {
@@ -167,13 +181,9 @@ func (c *Cache) page(v view, pred *predicate, startKey string, limit int64) (*Li
 		return true
 	}
 	countRest := pred.labelEmpty && len(pred.fieldReqs) == 0 && len(pred.shards) == 0
-	var candidates []*entry
-	indexed := false
-	if v.indexes != nil {
-		candidates, res.Index, indexed = v.indexes.candidates(pred)
-	}
-	if indexed {
-		for _, e := range candidates {
+	if v.indexed {
+		res.Index = v.index
+		for _, e := range v.candidates {
 			if !collect(e) {
 				break
 			}
