@@ -139,15 +139,10 @@ func New(cfg Config) (*Controller, error) {
 	}
 	enqueue := func() { c.queue.Add(syncKey) }
 	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { enqueue() },
-		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*configv1alpha1.IndexPolicy)
-			n, ok2 := newObj.(*configv1alpha1.IndexPolicy)
-			if ok1 && ok2 && o.ResourceVersion == n.ResourceVersion {
-				return
-			}
-			enqueue()
-		},
+		// The informer doesn't resync, so every update is a change (our own
+		// status writes too: those syncs find nothing to do).
+		AddFunc:    func(any) { enqueue() },
+		UpdateFunc: func(any, any) { enqueue() },
 		DeleteFunc: func(any) { enqueue() },
 	}); err != nil {
 		return nil, err
