@@ -22,7 +22,6 @@ func pol(name string, age int, resource string, labels, fields []string) *config
 	}
 }
 
-
 func acceptedAt(p *configv1alpha1.IndexPolicy, gen int64) *configv1alpha1.IndexPolicy {
 	p.Status.Conditions = []metav1.Condition{{Type: configv1alpha1.ConditionAccepted, Status: metav1.ConditionTrue,
 		Reason: configv1alpha1.ReasonAccepted, ObservedGeneration: gen}}
