@@ -14,11 +14,13 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/policy"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/node"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/pod"
 	"github.com/index-apiserver/index-apiserver/pkg/upstream"
@@ -39,6 +41,10 @@ type ExtraConfig struct {
 	// KubeClient reads the mirrored resources from kube-apiserver.
 	KubeClient kubernetes.Interface
 	Cache      CacheConfig
+	// Policy configures the IndexPolicy controller (see policy.go); nil disables it.
+	Policy *policy.Options
+	// PolicyClientConfig reaches kube-apiserver for IndexPolicies and the leader-election Lease.
+	PolicyClientConfig *restclient.Config
 }
 
 // Config is the whole server configuration.
@@ -114,6 +120,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 		return nil
 	})
+	if err := c.installPolicyController(s); err != nil {
+		return nil, err
+	}
 	if err := generic.AddReadyzChecks(healthz.NamedCheck("index-caches-synced", func(*http.Request) error {
 		for name, m := range mirrors {
 			if !m.cache.HasSynced() {

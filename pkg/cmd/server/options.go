@@ -21,6 +21,7 @@ import (
 
 	"github.com/index-apiserver/index-apiserver/pkg/apiserver"
 	generatedopenapi "github.com/index-apiserver/index-apiserver/pkg/generated/openapi"
+	"github.com/index-apiserver/index-apiserver/pkg/policy"
 )
 
 // Options are everything index-apiserver can be told on its command line.
@@ -34,6 +35,8 @@ type Options struct {
 	Upstream *genericoptions.CoreAPIOptions
 	Logs     *logs.Options
 	Cache    CacheOptions
+	// Policy configures the IndexPolicy controller.
+	Policy *policy.Options
 }
 
 // CacheOptions tune the index caches.
@@ -58,6 +61,7 @@ func NewOptions() *Options {
 		Features:       genericoptions.NewFeatureOptions(),
 		Upstream:       genericoptions.NewCoreAPIOptions(),
 		Logs:           logs.NewOptions(),
+		Policy:         policy.NewOptions(),
 		Cache: CacheOptions{
 			FreshnessTimeout:  3 * time.Second,
 			EventWindow:       100000,
@@ -86,6 +90,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	utilfeature.DefaultMutableFeatureGate.AddFlag(fss.FlagSet("features"))
 	o.Upstream.AddFlags(fss.FlagSet("upstream cluster"))
 	o.Cache.AddFlags(fss.FlagSet("index cache"))
+	o.Policy.AddFlags(fss.FlagSet("index policies"))
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 	return fss
 }
@@ -118,6 +123,7 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.Features.Validate()...)
 	errs = append(errs, o.Upstream.Validate()...)
 	errs = append(errs, logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate))
+	errs = append(errs, o.Policy.Validate()...)
 	if o.Cache.EventWindow < 1 {
 		errs = append(errs, fmt.Errorf("--watch-event-window must be positive"))
 	}
@@ -215,6 +221,8 @@ func (o *Options) Config() (*apiserver.Config, error) {
 				SlowWatcherBudget: o.Cache.SlowWatcherBudget,
 				BookmarkInterval:  o.Cache.BookmarkInterval,
 			},
+			Policy:             o.Policy,
+			PolicyClientConfig: cfg.ClientConfig,
 		},
 	}, nil
 }

@@ -1,0 +1,47 @@
+package apiserver
+
+import (
+	"fmt"
+
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned"
+	"github.com/index-apiserver/index-apiserver/pkg/policy"
+)
+
+// installPolicyController adds the IndexPolicy controller, which applies the
+// policies to the caches of s (every replica) and writes their status (the
+// Lease holder), started by the post-start hook start-index-policy-controller.
+// It does nothing if ExtraConfig.Policy or PolicyClientConfig is nil. Without
+// the CRD in the cluster the controller waits (and logs); serving goes on with
+// the built-in indexes.
+func (c CompletedConfig) installPolicyController(s *Server) error {
+	opts, restConfig := c.ExtraConfig.Policy, c.ExtraConfig.PolicyClientConfig
+	if opts == nil || restConfig == nil {
+		return nil
+	}
+	cc := rest.CopyConfig(restConfig)
+	cc = rest.AddUserAgent(cc, "index-policy-controller")
+	client, err := versioned.NewForConfig(cc)
+	if err != nil {
+		return fmt.Errorf("IndexPolicy client: %w", err)
+	}
+	kube, err := kubernetes.NewForConfig(cc)
+	if err != nil {
+		return fmt.Errorf("IndexPolicy lease client: %w", err)
+	}
+	caches := make(map[string]policy.IndexSetter, len(s.Caches))
+	for name, cache := range s.Caches {
+		caches[name] = cache
+	}
+	ctrl, err := policy.New(policy.Config{Client: client, KubeClient: kube, Caches: caches, Options: opts})
+	if err != nil {
+		return err
+	}
+	return s.GenericAPIServer.AddPostStartHook("start-index-policy-controller", func(hctx genericapiserver.PostStartHookContext) error {
+		go ctrl.Run(hctx)
+		return nil
+	})
+}
