@@ -304,7 +304,9 @@ func (c *Controller) writeStatus(ctx context.Context, policies []*configv1alpha1
 		case statusSame:
 			continue
 		case statusStatsOnly:
-			if last, ok := c.statsWritten[uid]; ok && c.clock.Since(last) < c.opts.StatusInterval {
+			// At most about one write per interval (half of it, so that the
+			// periodic sync isn't skipped for being a little early).
+			if last, ok := c.statsWritten[uid]; ok && c.clock.Since(last) < c.opts.StatusInterval/2 {
 				continue
 			}
 		}

@@ -67,7 +67,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Elect one replica (by the Lease "+LeaseName+") to write IndexPolicy status. Every replica applies the policies either way. "+
 			"Disable only when running a single replica.")
 	fs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace,
-		"Namespace of the leader-election Lease (default: $POD_NAMESPACE, else "+DefaultNamespace+").")
+		"Namespace of the leader-election Lease; defaults to $POD_NAMESPACE when that is set.")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration,
 		"How long a non-leader waits after the last renewal before it may take the Lease over.")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline,

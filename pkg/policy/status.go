@@ -75,8 +75,12 @@ func desiredStatus(p *configv1alpha1.IndexPolicy, d Decision, st resourceState, 
 	case d.Indexes.Len() == 0:
 		set(configv1alpha1.ConditionReady, true, configv1alpha1.ReasonBuilt, "nothing to index")
 	default:
+		what := "index"
+		if d.Indexes.Len() > 1 {
+			what = "indexes"
+		}
 		set(configv1alpha1.ConditionReady, true, configv1alpha1.ReasonBuilt,
-			fmt.Sprintf("%d indexes built and serving: %s", d.Indexes.Len(), strings.Join(d.Indexes.Names(), ", ")))
+			fmt.Sprintf("%d %s built and serving: %s", d.Indexes.Len(), what, strings.Join(d.Indexes.Names(), ", ")))
 	}
 	return out
 }
