@@ -58,6 +58,9 @@ type router struct {
 	nsShards   shardIndex
 	unindexed  watcherSet
 	all        watcherSet
+	// perIndex counts watchers by routing index, kept as they come and go so
+	// opening a watch never walks all the others.
+	perIndex map[string]int
 }
 
 func newRouter() *router {
@@ -69,6 +72,7 @@ func newRouter() *router {
 		nsShards:   newShardIndex(),
 		unindexed:  watcherSet{},
 		all:        watcherSet{},
+		perIndex:   map[string]int{},
 	}
 }
 
@@ -107,6 +111,7 @@ func chooseRoute(p *predicate, idx *indexSet, namespaced bool) route {
 
 func (r *router) add(w *watcher) {
 	r.all[w] = struct{}{}
+	r.perIndex[w.route.indexName()]++
 	switch w.route.kind {
 	case "namespace":
 		for _, v := range w.route.values {
@@ -142,6 +147,11 @@ func (r *router) remove(w *watcher) {
 		return
 	}
 	delete(r.all, w)
+	if name := w.route.indexName(); r.perIndex[name] > 1 {
+		r.perIndex[name]--
+	} else {
+		delete(r.perIndex, name)
+	}
 	switch w.route.kind {
 	case "namespace":
 		for _, v := range w.route.values {
@@ -200,13 +210,7 @@ func (r *router) candidates(old, new *entry, out map[*watcher]struct{}) {
 }
 
 // counts reports watchers per routing index.
-func (r *router) counts() map[string]int {
-	out := map[string]int{}
-	for w := range r.all {
-		out[w.route.indexName()]++
-	}
-	return out
-}
+func (r *router) counts() map[string]int { return r.perIndex }
 
 // shardIndex finds the watchers whose hash ranges contain a hash in
 // O(log W + matches): the ranges' bounds cut the hash space into segments,
