@@ -1,0 +1,51 @@
+package indexcache
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/errors"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// TestContinueExpires: a continue token is served from its snapshot while
+// retained, even after many writes, and gets upstream's 410 once the
+// snapshot has expired and the event window no longer reaches back to it.
+func TestContinueExpires(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Now())
+	cfg := testConfig()
+	cfg.Clock = clock
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""), mkPod("ns", "b", "ub", 6, nil, "", ""), mkPod("ns", "c", "uc", 7, nil, "", ""))
+	ctx := context.Background()
+	first, err := c.List(ctx, ListOptions{ResourceVersion: "0", Limit: 1})
+	if err != nil || first.Continue == "" || len(first.Items) != 1 {
+		t.Fatalf("first page: %v, %+v", err, first)
+	}
+	for i := 0; i < 300; i++ {
+		if err := c.Ingest().Update(mkPod("ns", "b", "ub", uint64(11+i), nil, "", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second, err := c.List(ctx, ListOptions{Continue: first.Continue, Limit: 1})
+	if err != nil {
+		t.Fatalf("retained snapshot: %v", err)
+	}
+	if got := second.Items[0].(interface{ GetResourceVersion() string }).GetResourceVersion(); got != "6" {
+		t.Fatalf("second page shows b@%s, want the snapshot's b@6", got)
+	}
+	clock.Step(cfg.SnapshotRetention + 76*time.Second)
+	c.expireSnapshots()
+	_, err = c.List(ctx, ListOptions{Continue: first.Continue, Limit: 1})
+	if !errors.IsResourceExpired(err) && !errors.IsGone(err) {
+		t.Fatalf("expired token: %v, want 410", err)
+	}
+	if s := err.(errors.APIStatus).Status(); s.Code != 410 || s.Message == "" {
+		t.Fatalf("status %+v", s)
+	}
+}
