@@ -67,6 +67,19 @@ func (s *indexSet) update(old, new *entry) {
 }
 
 func updateIndex(ix valueIndex, old, new *entry, values func(*entry) []string) {
+	if old != nil && new != nil {
+		// Most updates keep the indexed value: swap the pointer in place
+		// rather than emptying and re-creating the bucket.
+		ov, nv := values(old), values(new)
+		if equalValues(ov, nv) {
+			for _, v := range nv {
+				if b := ix[v]; b != nil {
+					b[new.key] = new
+				}
+			}
+			return
+		}
+	}
 	if old != nil {
 		for _, v := range values(old) {
 			ix.remove(v, old)
@@ -77,6 +90,18 @@ func updateIndex(ix valueIndex, old, new *entry, values func(*entry) []string) {
 			ix.add(v, new)
 		}
 	}
+}
+
+func equalValues(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func buildIndex(entries []*entry, values func(*entry) []string) valueIndex {
