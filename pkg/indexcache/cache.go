@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/btree"
@@ -78,6 +79,14 @@ type Cache struct {
 
 	stopOnce sync.Once
 	stopCh   chan struct{}
+
+	// indexedFields are the fields entries precompute at ingest.
+	indexedFields atomic.Pointer[[]string]
+
+	// Per-event metrics, resolved once rather than by label on every event.
+	mObjects, mRV          compbasemetrics.GaugeMetric
+	mCandidates            compbasemetrics.ObserverMetric
+	mFiltered, mDispatched compbasemetrics.CounterMetric
 }
 
 type snapshot struct {
@@ -133,6 +142,13 @@ func New(cfg Config) (*Cache, error) {
 	for _, f := range cfg.AlwaysIndexedFields {
 		c.indexes.fields[f] = valueIndex{}
 	}
+	always := append([]string(nil), cfg.AlwaysIndexedFields...)
+	c.indexedFields.Store(&always)
+	c.mObjects = metrics.CacheObjects.WithLabelValues(c.resource)
+	c.mRV = metrics.CacheResourceVersion.WithLabelValues(c.resource)
+	c.mCandidates = metrics.DispatchCandidates.WithLabelValues(c.resource)
+	c.mFiltered = metrics.FilteredEvents.WithLabelValues(c.resource)
+	c.mDispatched = metrics.EventsDispatched.WithLabelValues(c.resource)
 	return c, nil
 }
 
@@ -192,7 +208,7 @@ func (c *Cache) setRVLocked(rv uint64) {
 	c.rv = rv
 	close(c.rvChanged)
 	c.rvChanged = make(chan struct{})
-	metrics.CacheResourceVersion.WithLabelValues(c.resource).Set(float64(rv))
+	c.mRV.Set(float64(rv))
 }
 
 // waitFor blocks until the cache reached rv, or fails with kube-apiserver's
@@ -321,9 +337,10 @@ func (c *Cache) SetIndexes(labelKeys, fieldPaths []string) error {
 			continue
 		}
 		path := f
-		next.fields[f] = buildIndex(all, func(e *entry) []string { return e.fields[path] })
+		next.fields[f] = buildIndex(all, func(e *entry) []string { return e.field(path) })
 	}
 	c.indexes = next
+	c.indexedFields.Store(&fields)
 	c.policyLabels, c.policyFields = append([]string{}, labelKeys...), append([]string{}, fieldPaths...)
 	c.rehomeWatchersLocked()
 	c.updateIndexMetricsLocked()

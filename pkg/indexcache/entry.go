@@ -20,9 +20,12 @@ type entry struct {
 	obj       runtime.Object
 	rv        uint64
 	labels    labels.Set
-	fields    map[string][]string
-	uidHash   uint64
-	nsHash    uint64
+	// fields holds the values of the fields indexed when the entry was made;
+	// others are computed on demand through funcs.
+	fields  map[string][]string
+	funcs   map[string]FieldFunc
+	uidHash uint64
+	nsHash  uint64
 }
 
 func objectKey(namespace, name string) string {
@@ -55,12 +58,25 @@ func (c *Cache) newEntry(obj runtime.Object) (*entry, error) {
 		obj:       obj,
 		rv:        rv,
 		labels:    labels.Set(m.GetLabels()),
-		fields:    make(map[string][]string, len(c.cfg.Fields)),
+		funcs:     c.cfg.Fields,
 		uidHash:   fnv64a(string(m.GetUID())),
 		nsHash:    fnv64a(m.GetNamespace()),
 	}
-	for name, fn := range c.cfg.Fields {
-		e.fields[name] = fn(obj)
+	indexed := *c.indexedFields.Load()
+	e.fields = make(map[string][]string, len(indexed))
+	for _, name := range indexed {
+		e.fields[name] = c.cfg.Fields[name](obj)
 	}
 	return e, nil
+}
+
+// field returns the values of a selectable field.
+func (e *entry) field(name string) []string {
+	if v, ok := e.fields[name]; ok {
+		return v
+	}
+	if fn := e.funcs[name]; fn != nil {
+		return fn(e.obj)
+	}
+	return nil
 }

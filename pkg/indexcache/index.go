@@ -62,7 +62,7 @@ func (s *indexSet) update(old, new *entry) {
 		updateIndex(ix, old, new, func(e *entry) []string { return labelValues(e, key) })
 	}
 	for key, ix := range s.fields {
-		updateIndex(ix, old, new, func(e *entry) []string { return e.fields[key] })
+		updateIndex(ix, old, new, func(e *entry) []string { return e.field(key) })
 	}
 }
 

@@ -11,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-
-	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
 // IngestStore is what a client-go Reflector writes into.
@@ -162,7 +160,7 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 		c.synced = true
 		c.window.startRV = listRV
 		c.setRVLocked(listRV)
-		metrics.CacheObjects.WithLabelValues(c.resource).Set(float64(c.tree.Len()))
+		c.mObjects.Set(float64(c.tree.Len()))
 		c.updateIndexMetricsLocked()
 		c.mu.Unlock()
 		klog.InfoS("Index cache synced", "resource", c.resource, "objects", len(entries), "resourceVersion", listRV)
@@ -233,11 +231,11 @@ func (c *Cache) commitLocked(ev *storeEvent) []delivery {
 	}
 	c.window.add(ev)
 	c.setRVLocked(ev.rv)
-	metrics.CacheObjects.WithLabelValues(c.resource).Set(float64(c.tree.Len()))
+	c.mObjects.Set(float64(c.tree.Len()))
 
 	candidates := map[*watcher]struct{}{}
 	c.router.candidates(ev.prev, ev.cur, candidates)
-	metrics.DispatchCandidates.WithLabelValues(c.resource).Observe(float64(len(candidates)))
+	c.mCandidates.Observe(float64(len(candidates)))
 	skipped := len(c.router.all) - len(candidates)
 	var out []delivery
 	for w := range candidates {
@@ -247,7 +245,7 @@ func (c *Cache) commitLocked(ev *storeEvent) []delivery {
 			skipped++
 		}
 	}
-	metrics.FilteredEvents.WithLabelValues(c.resource).Add(float64(skipped))
-	metrics.EventsDispatched.WithLabelValues(c.resource).Add(float64(len(out)))
+	c.mFiltered.Add(float64(skipped))
+	c.mDispatched.Add(float64(len(out)))
 	return out
 }

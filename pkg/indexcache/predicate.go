@@ -112,7 +112,7 @@ func (p *predicate) matches(e *entry) bool {
 		if r.Field == "metadata.namespace" {
 			vals = []string{e.namespace}
 		} else {
-			vals = e.fields[r.Field]
+			vals = e.field(r.Field)
 		}
 		found := false
 		for _, v := range vals {

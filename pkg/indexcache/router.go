@@ -195,7 +195,7 @@ func (r *router) candidates(old, new *entry, out map[*watcher]struct{}) {
 			}
 		}
 		for key, kw := range r.fields {
-			for _, v := range e.fields[key] {
+			for _, v := range e.field(key) {
 				kw[v].addTo(out)
 			}
 		}
