@@ -1,37 +1,42 @@
 // Package e2e tests index-apiserver through a real kube-apiserver's
-// aggregator: the suite starts its own etcd, kube-apiserver and
-// index-apiserver with hack/local-up.sh and stops them at the end.
+// aggregator: TestMain starts its own etcd, kube-apiserver and
+// index-apiserver with package localstack (free ports, a fresh directory
+// under _output/e2e) and stops them at the end, also when tests fail. The
+// processes die with the test binary if it crashes or times out.
+//
+// It runs the binary _output/bin/index-apiserver (`make build`; override with
+// E2E_INDEX_APISERVER) and etcd / kube-apiserver from _output/bin
+// (`make binaries`). `make test` builds all of them first.
 package e2e
 
 import (
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
+	"context"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/index-apiserver/index-apiserver/test/localstack"
 )
 
 var (
-	// adminConfig reaches kube-apiserver as a cluster admin.
+	// stack is the running control plane (certificates, processes, helpers).
+	stack *localstack.Stack
+	// adminConfig and adminClient reach kube-apiserver as a cluster admin;
+	// indexing.k8s.io requests go through the aggregator.
 	adminConfig *rest.Config
+	adminClient kubernetes.Interface
+	// indexAPIServerConfig reaches the first index-apiserver replica
+	// directly (at indexAPIServerURL), bypassing the aggregator, as admin.
+	indexAPIServerConfig *rest.Config
+	indexAPIServerURL    string
 	// stackDir holds the stack's certificates, logs and PIDs.
 	stackDir string
-	// indexAPIServerURL is index-apiserver's own address, bypassing the aggregator.
-	indexAPIServerURL string
-	repoRoot          string
+	repoRoot string
 )
 
 func TestMain(m *testing.M) {
@@ -40,101 +45,130 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	var err error
-	repoRoot, err = filepath.Abs("../..")
-	if err != nil {
-		panic(err)
-	}
-	stackDir = filepath.Join(repoRoot, "_output", "e2e")
-	_ = os.RemoveAll(stackDir)
-	ports := freePorts(4)
-	env := append(os.Environ(),
-		"LOCAL_DIR="+stackDir,
-		"ETCD_PORT="+strconv.Itoa(ports[0]), // and the next port for peers
-		"KUBE_APISERVER_PORT="+strconv.Itoa(ports[2]),
-		"INDEX_APISERVER_PORT="+strconv.Itoa(ports[3]),
-		"DEMO=0", "QUIET=1",
-		// Short intervals so tests see bookmarks without waiting long.
-		"INDEX_APISERVER_FLAGS=--bookmark-interval=2s",
-	)
-	defer func() {
-		down := exec.Command(filepath.Join(repoRoot, "hack/local-down.sh"))
-		down.Env = env
-		down.Stdout, down.Stderr = os.Stderr, os.Stderr
-		_ = down.Run()
-	}()
-	start := time.Now()
-	up := exec.Command(filepath.Join(repoRoot, "hack/local-up.sh"))
-	up.Env = env
-	up.Stdout, up.Stderr = os.Stderr, os.Stderr
-	if err := up.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "starting the local stack failed: %v (logs in %s/logs)\n", err, stackDir)
+	if repoRoot, err = localstack.FindRepoRoot(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fmt.Fprintf(os.Stderr, "local stack up in %v\n", time.Since(start).Round(100*time.Millisecond))
-	adminConfig, err = clientcmd.BuildConfigFromFlags("", filepath.Join(stackDir, "kubeconfig"))
-	if err != nil {
-		panic(err)
+	base := filepath.Join(repoRoot, "_output", "e2e")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	indexAPIServerURL = fmt.Sprintf("https://127.0.0.1:%d", ports[3])
+	if stackDir, err = os.MkdirTemp(base, "stack-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cfg := localstack.Config{
+		RepoRoot:             repoRoot,
+		Dir:                  stackDir,
+		IndexAPIServerBinary: os.Getenv("E2E_INDEX_APISERVER"),
+		// Short intervals so tests see bookmarks without waiting long.
+		IndexAPIServerArgs: []string{"--bookmark-interval=2s"},
+		DieWithParent:      true,
+		Timeout:            90 * time.Second,
+		Logf: func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "localstack: "+format+"\n", args...)
+		},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := localstack.Up(ctx, cfg)
+	if s != nil {
+		defer func() {
+			start := time.Now()
+			if err := s.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "stopping the stack: %v\n", err)
+			}
+			fmt.Fprintf(os.Stderr, "localstack: stopped in %v\n", time.Since(start).Round(100*time.Millisecond))
+		}()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting the local stack failed: %v\n(logs in %s/logs; `make build binaries` builds what it runs)\n", err, stackDir)
+		return 1
+	}
+	stack = s
+	adminConfig = s.AdminConfig
+	adminClient = s.Admin
+	indexAPIServerConfig = s.IndexAPIServerConfig(0)
+	indexAPIServerURL = s.IndexAPIServerURL(0)
+
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "logs of the stack are in %s/logs\n", stackDir)
+	} else {
+		defer os.RemoveAll(stackDir) // after Stop (defers run last-in first-out)
 	}
 	return code
 }
 
-// freePorts returns n ports free right now, each followed by a free port too
-// (etcd uses port+1 for peers).
-func freePorts(n int) []int {
-	var out []int
-	for len(out) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			panic(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1))
-		_ = l.Close()
-		if err != nil {
-			continue
-		}
-		_ = l2.Close()
-		out = append(out, p)
-	}
-	return out
-}
-
 // userConfig returns a config for kube-apiserver authenticating as user (in
 // groups) with a client certificate signed by the stack's cluster CA.
-func userConfig(t *testing.T, user string, groups ...string) *rest.Config {
+func userConfig(t testing.TB, user string, groups ...string) *rest.Config {
 	t.Helper()
-	caPair, err := tls.LoadX509KeyPair(filepath.Join(stackDir, "certs/ca.crt"), filepath.Join(stackDir, "certs/ca.key"))
+	cfg, err := stack.UserConfig(user, groups...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := x509.ParseCertificate(caPair.Certificate[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: user, Organization: groups},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caPair.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := rest.CopyConfig(adminConfig)
-	cfg.TLSClientConfig.CertFile, cfg.TLSClientConfig.KeyFile = "", ""
-	cfg.TLSClientConfig.CertData = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	cfg.TLSClientConfig.KeyData = pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
 	return cfg
+}
+
+// startReplica starts another index-apiserver replica (name
+// index-apiserver-<n>) on a free port with extra flags, waits until it is
+// ready, and stops it when the test ends. The aggregator keeps routing to the
+// first replica; use pointAggregatorAt to move it.
+func startReplica(t testing.TB, name string, extra ...string) (port int, p *localstack.Process) {
+	t.Helper()
+	port, err := localstack.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err = stack.StartIndexAPIServer(ctx, name, port, extra...)
+	if p != nil {
+		t.Cleanup(func() {
+			if err := stack.StopProcess(name); err != nil {
+				t.Errorf("stopping %s: %v", name, err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port, p
+}
+
+// pointAggregatorAt moves the APIService to the replica on port and waits
+// until it is Available again; at the end of the test it points back at the
+// first replica.
+func pointAggregatorAt(t testing.TB, port int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := stack.RegisterAPIService(ctx, stack.IndexAPIServerPort); err != nil {
+			t.Errorf("restoring the APIService: %v", err)
+		} else if err := stack.WaitAPIServiceAvailable(ctx); err != nil {
+			t.Errorf("restoring the APIService: %v", err)
+		}
+	})
+	if err := stack.RegisterAPIService(ctx, port); err != nil {
+		t.Fatal(err)
+	}
+	if err := stack.WaitAPIServiceAvailable(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restartKubeAPIServer stops kube-apiserver (SIGTERM), keeps it down for
+// down, starts it again and waits until it is ready.
+func restartKubeAPIServer(t testing.TB, down time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := stack.RestartKubeAPIServer(ctx, down); err != nil {
+		t.Fatal(err)
+	}
 }
