@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver and kubectl from the Go module proxy into _output/bin, once.
-# Sourced by local-up.sh and the e2e tests; safe to run directly.
+# Run by `make binaries` (and so `make up` / `make test`); safe to run directly.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

@@ -73,6 +73,7 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s, err := localstack.Up(ctx, cfg)
+	code := 1
 	if s != nil {
 		defer func() {
 			start := time.Now()
@@ -80,11 +81,16 @@ func run(m *testing.M) int {
 				fmt.Fprintf(os.Stderr, "stopping the stack: %v\n", err)
 			}
 			fmt.Fprintf(os.Stderr, "localstack: stopped in %v\n", time.Since(start).Round(100*time.Millisecond))
+			if code == 0 {
+				_ = os.RemoveAll(stackDir)
+			} else {
+				fmt.Fprintf(os.Stderr, "logs of the stack are in %s/logs\n", stackDir)
+			}
 		}()
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting the local stack failed: %v\n(logs in %s/logs; `make build binaries` builds what it runs)\n", err, stackDir)
-		return 1
+		fmt.Fprintf(os.Stderr, "starting the local stack failed: %v\n(`make build binaries` builds what it runs)\n", err)
+		return code
 	}
 	stack = s
 	adminConfig = s.AdminConfig
@@ -92,12 +98,7 @@ func run(m *testing.M) int {
 	indexAPIServerConfig = s.IndexAPIServerConfig(0)
 	indexAPIServerURL = s.IndexAPIServerURL(0)
 
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "logs of the stack are in %s/logs\n", stackDir)
-	} else {
-		defer os.RemoveAll(stackDir) // after Stop (defers run last-in first-out)
-	}
+	code = m.Run()
 	return code
 }
 

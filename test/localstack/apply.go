@@ -97,7 +97,9 @@ func (s *Stack) ApplyYAML(ctx context.Context, manifest []byte) error {
 
 // Apply server-side applies objs in order as the cluster admin (field manager
 // FieldManager, forcing conflicts). Kinds are resolved by discovery, retried
-// briefly for a CRD's kind that is not served yet.
+// briefly for a CRD's kind that is not served yet. Objects also get the
+// annotation kubectl's client-side apply keeps, so a later `kubectl apply`
+// of the same files merges cleanly (no warning, removed fields removed).
 func (s *Stack) Apply(ctx context.Context, objs ...*unstructured.Unstructured) error {
 	resources := map[schema.GroupVersion]*metav1.APIResourceList{}
 	for _, o := range objs {
@@ -124,7 +126,7 @@ func (s *Stack) Apply(ctx context.Context, objs ...*unstructured.Unstructured) e
 		}); err != nil {
 			return err
 		}
-		body, err := json.Marshal(o.Object)
+		body, err := withLastApplied(o)
 		if err != nil {
 			return err
 		}
@@ -147,6 +149,29 @@ func (s *Stack) Apply(ctx context.Context, objs ...*unstructured.Unstructured) e
 		}
 	}
 	return nil
+}
+
+// lastAppliedAnnotation is where `kubectl apply` (client-side) keeps the
+// configuration it applied last.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// withLastApplied returns o as JSON, annotated with its own configuration as
+// `kubectl apply` does.
+func withLastApplied(o *unstructured.Unstructured) ([]byte, error) {
+	o = o.DeepCopy()
+	ann := o.GetAnnotations()
+	delete(ann, lastAppliedAnnotation)
+	o.SetAnnotations(ann)
+	last, err := json.Marshal(o.Object)
+	if err != nil {
+		return nil, err
+	}
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[lastAppliedAnnotation] = string(last) + "\n"
+	o.SetAnnotations(ann)
+	return json.Marshal(o.Object)
 }
 
 func readManifests(path string) ([]*unstructured.Unstructured, error) {

@@ -75,7 +75,18 @@ func (c *Certs) Path(name, ext string) string {
 func ensureCerts(dir string) (*Certs, error) {
 	c := &Certs{Dir: dir}
 	done := filepath.Join(dir, "done")
-	if _, err := os.Stat(done); err == nil {
+	complete := true
+	for _, f := range []string{done, c.Path(KeyServiceAccount, "key"), c.Path(KeyServiceAccount, "pub")} {
+		if _, err := os.Stat(f); err != nil {
+			complete = false
+		}
+	}
+	for _, name := range []string{CertKubeAPIServer, CertAdmin, CertIndexAPIServerClient, CertFrontProxyClient, CertIndexAPIServer} {
+		if _, err := tls.LoadX509KeyPair(c.Path(name, "crt"), c.Path(name, "key")); err != nil {
+			complete = false
+		}
+	}
+	if complete {
 		var err1, err2 error
 		c.ClusterCA, err1 = loadCA(c.Path(CertClusterCA, "crt"), c.Path(CertClusterCA, "key"))
 		c.FrontProxyCA, err2 = loadCA(c.Path(CertFrontProxyCA, "crt"), c.Path(CertFrontProxyCA, "key"))
