@@ -21,6 +21,11 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 )
 
+func eventRV(obj runtime.Object) uint64 {
+	rv, _ := strconv.ParseUint(obj.(metav1.Object).GetResourceVersion(), 10, 64)
+	return rv
+}
+
 func synced(t *testing.T, c *Cache, pods ...*indexing.Pod) {
 	t.Helper()
 	var list []interface{}

@@ -19,13 +19,10 @@ type entry struct {
 	name      string
 	obj       runtime.Object
 	rv        uint64
-	labels    labels.Set
-	// fields holds the values of the fields indexed when the entry was made;
-	// others are computed on demand through funcs.
-	fields  map[string][]string
-	funcs   map[string]FieldFunc
-	uidHash uint64
-	nsHash  uint64
+	labels    labels.Set // the object's own label map, not a copy
+	fields    [][]string // by field ordinal (Cache.fieldIDs)
+	uidHash   uint64
+	nsHash    uint64
 }
 
 func objectKey(namespace, name string) string {
@@ -35,12 +32,16 @@ func objectKey(namespace, name string) string {
 	return namespace + "/" + name
 }
 
-// fnv64a is the shard hash of k8s.io/apimachinery/pkg/sharding, kept as a number.
+// fnv64a is the shard hash of k8s.io/apimachinery/pkg/sharding (which prints
+// it as %016x), kept as a number so ranges compare without formatting.
 func fnv64a(s string) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(s))
 	return h.Sum64()
 }
+
+// field returns the values of a selectable field; id comes from Cache.fieldIDs.
+func (e *entry) field(id int) []string { return e.fields[id] }
 
 func (c *Cache) newEntry(obj runtime.Object) (*entry, error) {
 	m, err := meta.Accessor(obj)
@@ -49,7 +50,7 @@ func (c *Cache) newEntry(obj runtime.Object) (*entry, error) {
 	}
 	rv, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("object %s/%s has invalid resourceVersion %q", m.GetNamespace(), m.GetName(), m.GetResourceVersion())
+		return nil, fmt.Errorf("object %s has invalid resourceVersion %q", objectKey(m.GetNamespace(), m.GetName()), m.GetResourceVersion())
 	}
 	e := &entry{
 		key:       objectKey(m.GetNamespace(), m.GetName()),
@@ -58,25 +59,21 @@ func (c *Cache) newEntry(obj runtime.Object) (*entry, error) {
 		obj:       obj,
 		rv:        rv,
 		labels:    labels.Set(m.GetLabels()),
-		funcs:     c.cfg.Fields,
+		fields:    make([][]string, len(c.fieldNames)),
 		uidHash:   fnv64a(string(m.GetUID())),
 		nsHash:    fnv64a(m.GetNamespace()),
 	}
-	indexed := *c.indexedFields.Load()
-	e.fields = make(map[string][]string, len(indexed))
-	for _, name := range indexed {
-		e.fields[name] = c.cfg.Fields[name](obj)
+	for i, name := range c.fieldNames {
+		e.fields[i] = c.cfg.Fields[name](obj)
 	}
 	return e, nil
 }
 
-// field returns the values of a selectable field.
-func (e *entry) field(name string) []string {
-	if v, ok := e.fields[name]; ok {
-		return v
-	}
-	if fn := e.funcs[name]; fn != nil {
-		return fn(e.obj)
-	}
-	return nil
+// withRV returns a copy of e whose object carries another resourceVersion:
+// the final state of a deleted object, stamped with the deletion's RV.
+func withRV(e *entry, rv uint64) *entry {
+	cp := *e
+	cp.obj = withResourceVersion(e.obj, rv)
+	cp.rv = rv
+	return &cp
 }

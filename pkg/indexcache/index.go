@@ -4,7 +4,8 @@ import (
 	"sort"
 )
 
-// valueIndex maps one label key's or field's values to the entries holding them.
+// valueIndex maps the values of one label key or field to the entries
+// holding them, by key.
 type valueIndex map[string]map[string]*entry
 
 func (ix valueIndex) add(value string, e *entry) {
@@ -25,174 +26,177 @@ func (ix valueIndex) remove(value string, e *entry) {
 	}
 }
 
-// indexSet holds the LIST indexes: by label key and by field path. It is
-// replaced as a whole when the policy-chosen set changes, so readers never
-// see a half-built index.
+// size is how many entries the given values select.
+func (ix valueIndex) size(values []string) int {
+	n := 0
+	for _, v := range values {
+		n += len(ix[v])
+	}
+	return n
+}
+
+type labelIndex struct {
+	key    string
+	values valueIndex
+}
+
+type fieldIndex struct {
+	path   string
+	values valueIndex
+}
+
+// indexSet holds the LIST indexes and the namespace population. The set of
+// indexes is replaced as a whole when the policy changes (SetIndexes), so
+// readers never see a half-built one; the indexes themselves are updated in
+// place under Cache.mu.
 type indexSet struct {
-	labels map[string]valueIndex
-	fields map[string]valueIndex
+	labels map[string]*labelIndex
+	fields map[int]*fieldIndex // by field ordinal
+	// namespaces counts objects per namespace: namespace lists scan the key
+	// range, this only prices watch routes.
+	namespaces map[string]int
 }
 
-func indexName(label bool, key string) string {
-	if label {
-		return "label:" + key
-	}
-	return "field:" + key
+func newIndexSet() *indexSet {
+	return &indexSet{labels: map[string]*labelIndex{}, fields: map[int]*fieldIndex{}, namespaces: map[string]int{}}
 }
 
-func (s *indexSet) index(label bool, key string) (valueIndex, bool) {
-	if label {
-		ix, ok := s.labels[key]
-		return ix, ok
-	}
-	ix, ok := s.fields[key]
-	return ix, ok
-}
+func labelName(key string) string  { return "label:" + key }
+func fieldName(path string) string { return "field:" + path }
 
-func labelValues(e *entry, key string) []string {
-	if v, ok := e.labels[key]; ok {
-		return []string{v}
+// lookup returns the index answering an exact requirement, if there is one.
+func (s *indexSet) lookup(r exactReq) (valueIndex, string, bool) {
+	if r.label {
+		if ix, ok := s.labels[r.key]; ok {
+			return ix.values, labelName(r.key), true
+		}
+		return nil, "", false
 	}
-	return nil
+	if ix, ok := s.fields[r.id]; ok {
+		return ix.values, fieldName(ix.path), true
+	}
+	return nil, "", false
 }
 
 // update moves an entry between buckets; old or new may be nil.
 func (s *indexSet) update(old, new *entry) {
 	for key, ix := range s.labels {
-		updateIndex(ix, old, new, func(e *entry) []string { return labelValues(e, key) })
-	}
-	for key, ix := range s.fields {
-		updateIndex(ix, old, new, func(e *entry) []string { return e.field(key) })
-	}
-}
-
-func updateIndex(ix valueIndex, old, new *entry, values func(*entry) []string) {
-	if old != nil && new != nil {
-		// Most updates keep the indexed value: swap the pointer in place
-		// rather than emptying and re-creating the bucket.
-		ov, nv := values(old), values(new)
-		if equalValues(ov, nv) {
-			for _, v := range nv {
-				if b := ix[v]; b != nil {
-					b[new.key] = new
-				}
+		if old != nil {
+			if v, ok := old.labels[key]; ok {
+				ix.values.remove(v, old)
 			}
-			return
+		}
+		if new != nil {
+			if v, ok := new.labels[key]; ok {
+				ix.values.add(v, new)
+			}
+		}
+	}
+	for id, ix := range s.fields {
+		if old != nil {
+			for _, v := range old.fields[id] {
+				ix.values.remove(v, old)
+			}
+		}
+		if new != nil {
+			for _, v := range new.fields[id] {
+				ix.values.add(v, new)
+			}
 		}
 	}
 	if old != nil {
-		for _, v := range values(old) {
-			ix.remove(v, old)
+		if s.namespaces[old.namespace]--; s.namespaces[old.namespace] <= 0 {
+			delete(s.namespaces, old.namespace)
 		}
 	}
 	if new != nil {
-		for _, v := range values(new) {
-			ix.add(v, new)
-		}
+		s.namespaces[new.namespace]++
 	}
 }
 
-func equalValues(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func buildIndex(entries []*entry, values func(*entry) []string) valueIndex {
-	ix := valueIndex{}
-	for _, e := range entries {
-		for _, v := range values(e) {
-			ix.add(v, e)
-		}
-	}
-	return ix
-}
-
-// candidates returns the smallest candidate set the indexes can give for the
-// predicate, intersected with the other exact requirements from the smallest
-// up, sorted by key; ok is false when no index applies.
+// candidates returns, sorted by key, the entries that satisfy every exact
+// requirement an index can answer, starting from the smallest candidate set
+// and probing the others; ok is false when no index applies. The caller
+// still applies the full predicate.
 func (s *indexSet) candidates(p *predicate) (out []*entry, name string, ok bool) {
 	type set struct {
-		name    string
-		buckets []map[string]*entry
-		size    int
+		name   string
+		ix     valueIndex
+		values []string
+		size   int
 	}
 	var sets []set
-	for _, r := range p.exactRequirements() {
-		ix, found := s.index(r.label, r.key)
+	for _, r := range p.exact {
+		ix, n, found := s.lookup(r)
 		if !found {
 			continue
 		}
-		st := set{name: indexName(r.label, r.key)}
-		for _, v := range r.values {
-			if b := ix[v]; len(b) > 0 {
-				st.buckets = append(st.buckets, b)
-				st.size += len(b)
-			}
-		}
-		sets = append(sets, st)
+		sets = append(sets, set{name: n, ix: ix, values: r.values, size: ix.size(r.values)})
 	}
 	if len(sets) == 0 {
 		return nil, "", false
 	}
-	sort.Slice(sets, func(i, j int) bool { return sets[i].size < sets[j].size })
-	smallest := sets[0]
-	seen := map[string]bool{}
-	for _, b := range smallest.buckets {
-		for key, e := range b {
-			if seen[key] {
-				continue
-			}
-			seen[key] = true
-			inAll := true
-			for _, other := range sets[1:] {
-				if !inAny(other.buckets, key) {
-					inAll = false
-					break
+	sort.SliceStable(sets, func(i, j int) bool { return sets[i].size < sets[j].size })
+	smallest, others := sets[0], sets[1:]
+	out = make([]*entry, 0, smallest.size)
+	for _, v := range smallest.values {
+	next:
+		for key, e := range smallest.ix[v] {
+			for _, o := range others {
+				if !inAny(o.ix, o.values, key) {
+					continue next
 				}
 			}
-			if inAll {
-				out = append(out, e)
-			}
+			out = append(out, e)
 		}
 	}
+	// Distinct values select disjoint buckets for labels (one value per key),
+	// but a multi-valued field may put an entry under several of them.
 	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	out = dedupeSorted(out)
 	return out, smallest.name, true
 }
 
-func inAny(buckets []map[string]*entry, key string) bool {
-	for _, b := range buckets {
-		if _, ok := b[key]; ok {
+func inAny(ix valueIndex, values []string, key string) bool {
+	for _, v := range values {
+		if _, ok := ix[v][key]; ok {
 			return true
 		}
 	}
 	return false
 }
 
-// stats reports each index's size for IndexPolicy status and metrics.
+func dedupeSorted(es []*entry) []*entry {
+	if len(es) < 2 {
+		return es
+	}
+	out := es[:1]
+	for _, e := range es[1:] {
+		if e.key != out[len(out)-1].key {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// stats reports each label and field index, for IndexPolicy status and
+// metrics. EstimatedBytes counts map slots and keys; values and objects are
+// shared with the store.
 func (s *indexSet) stats() []IndexStat {
 	var out []IndexStat
 	add := func(name string, ix valueIndex) {
 		st := IndexStat{Name: name, Values: len(ix)}
 		for v, b := range ix {
 			st.Objects += len(b)
-			// A map entry costs roughly its key string header and pointer plus
-			// bucket overhead; the value strings are shared with the objects.
-			st.EstimatedBytes += int64(len(v)) + 48 + int64(len(b))*48
+			st.EstimatedBytes += int64(len(v)) + 64 + int64(len(b))*40
 		}
 		out = append(out, st)
 	}
-	for k, ix := range s.labels {
-		add(indexName(true, k), ix)
+	for _, ix := range s.labels {
+		add(labelName(ix.key), ix.values)
 	}
-	for k, ix := range s.fields {
-		add(indexName(false, k), ix)
+	for _, ix := range s.fields {
+		add(fieldName(ix.path), ix.values)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

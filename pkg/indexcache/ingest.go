@@ -2,11 +2,9 @@ package indexcache
 
 import (
 	"fmt"
-	"reflect"
 	"sort"
 	"strconv"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -24,12 +22,14 @@ func (c *Cache) Ingest() IngestStore { return &ingest{c: c} }
 
 type ingest struct{ c *Cache }
 
+var _ IngestStore = &ingest{}
+
 func (i *ingest) Add(obj interface{}) error    { return i.c.apply(obj, false) }
 func (i *ingest) Update(obj interface{}) error { return i.c.apply(obj, false) }
 func (i *ingest) Delete(obj interface{}) error { return i.c.apply(obj, true) }
 func (i *ingest) Resync() error                { return nil }
 
-// Bookmark records an upstream bookmark: the cache has caught up to rv.
+// Bookmark records an upstream bookmark: nothing changed up to rv.
 func (i *ingest) Bookmark(rv string) { i.UpdateResourceVersion(rv) }
 
 func (i *ingest) LastStoreSyncResourceVersion() string {
@@ -37,10 +37,12 @@ func (i *ingest) LastStoreSyncResourceVersion() string {
 }
 
 // UpdateResourceVersion advances the cache's resourceVersion without an
-// event (upstream bookmarks, progress probes).
+// event: upstream bookmarks and progress notifications prove nothing
+// happened up to rv. It wakes reads waiting for freshness.
 func (i *ingest) UpdateResourceVersion(rv string) {
 	v, err := strconv.ParseUint(rv, 10, 64)
 	if err != nil {
+		klog.V(4).InfoS("Ignoring an invalid resourceVersion", "resource", i.c.resource, "resourceVersion", rv)
 		return
 	}
 	c := i.c
@@ -81,55 +83,87 @@ func (i *ingest) GetByKey(key string) (interface{}, bool, error) {
 	c := i.c
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	e, ok := c.tree.Get(&entry{key: key})
-	if !ok {
-		return nil, false, nil
+	if e, ok := c.tree.Get(&entry{key: key}); ok {
+		return e.obj, true, nil
 	}
-	return e.obj, true, nil
+	return nil, false, nil
+}
+
+// toEntry transforms what the reflector delivered into an entry.
+func (c *Cache) toEntry(obj interface{}) (*entry, error) {
+	o, err := c.cfg.Transform(obj)
+	if err != nil {
+		return nil, err
+	}
+	return c.newEntry(o)
 }
 
 // apply stores one watch event from upstream and delivers it to the
 // watchers it concerns.
 func (c *Cache) apply(obj interface{}, deleted bool) error {
+	var e *entry
+	tombKey := ""
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
+		// The final state is unknown: delete by key, whatever object (if
+		// any) the tombstone carries.
+		tombKey = tomb.Key
+		if o, ok := tomb.Obj.(runtime.Object); ok {
+			if te, err := c.toEntry(o); err == nil {
+				e = te
+			}
+		}
+	} else {
+		var err error
+		if e, err = c.toEntry(obj); err != nil {
+			return err
+		}
 	}
-	o, err := c.cfg.Transform(obj)
-	if err != nil {
-		return err
-	}
-	e, err := c.newEntry(o)
-	if err != nil {
-		return err
-	}
+
 	c.ingestMu.Lock()
 	defer c.ingestMu.Unlock()
 	c.mu.Lock()
-	prev, existed := c.tree.Get(e)
+	key := tombKey
+	if e != nil {
+		key = e.key
+	}
+	prev, existed := c.tree.Get(&entry{key: key})
 	var ev *storeEvent
 	switch {
 	case deleted && !existed:
-		c.setRVLocked(e.rv)
+		if e != nil {
+			c.setRVLocked(e.rv)
+		}
 		c.mu.Unlock()
 		return nil
 	case deleted:
+		if e == nil || tombKey != "" {
+			// A tombstone's object is stale: delete the cached state at the
+			// cache's resourceVersion, so RVs never go back.
+			e = withRV(prev, max(c.rv, prev.rv))
+		}
 		ev = &storeEvent{typ: watch.Deleted, prev: prev, cur: e, rv: e.rv}
+	case e == nil:
+		c.mu.Unlock()
+		return fmt.Errorf("tombstone %q without an object cannot be added", tombKey)
+	case existed && e.rv <= prev.rv:
+		// A duplicate or stale update (e.g. re-delivered after a relist).
+		c.mu.Unlock()
+		klog.V(4).InfoS("Ignoring a stale update", "resource", c.resource, "key", e.key, "resourceVersion", e.rv, "cached", prev.rv)
+		return nil
 	case existed:
 		ev = &storeEvent{typ: watch.Modified, prev: prev, cur: e, rv: e.rv}
 	default:
 		ev = &storeEvent{typ: watch.Added, cur: e, rv: e.rv}
 	}
-	deliveries := c.commitLocked(ev)
-	c.mu.Unlock()
-	c.deliver(deliveries)
+	c.commitAndUnlock(ev)
 	return nil
 }
 
 // Replace loads a full list. The first one fills the cache; later ones (the
 // Reflector relisting after an upstream restart or a 410) are diffed against
-// the cache and delivered as events, so open watches see no gap: changed
-// objects with their own, newer resourceVersions in order, then deletions
-// with the list's resourceVersion.
+// the cache and delivered as events, so open watches see no gap and no
+// duplicate: added and changed objects with their own resourceVersions in
+// ascending order, then deletions with the list's resourceVersion.
 func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 	c := i.c
 	listRV, err := strconv.ParseUint(resourceVersion, 10, 64)
@@ -138,11 +172,7 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 	}
 	entries := make(map[string]*entry, len(list))
 	for _, obj := range list {
-		o, err := c.cfg.Transform(obj)
-		if err != nil {
-			return err
-		}
-		e, err := c.newEntry(o)
+		e, err := c.toEntry(obj)
 		if err != nil {
 			return err
 		}
@@ -160,16 +190,17 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 		c.synced = true
 		c.window.startRV = listRV
 		c.setRVLocked(listRV)
-		c.mObjects.Set(float64(c.tree.Len()))
-		c.updateIndexMetricsLocked()
+		n, stats := c.tree.Len(), c.indexes.stats()
 		c.mu.Unlock()
-		klog.InfoS("Index cache synced", "resource", c.resource, "objects", len(entries), "resourceVersion", listRV)
+		c.m.objects.Set(float64(n))
+		c.m.setIndexValues(stats)
+		klog.InfoS("Index cache synced", "resource", c.resource, "objects", n, "resourceVersion", listRV)
 		return nil
 	}
 	var changes, gone []*storeEvent
 	c.tree.Ascend(func(old *entry) bool {
 		if _, ok := entries[old.key]; !ok {
-			gone = append(gone, &storeEvent{typ: watch.Deleted, prev: old, cur: deletedAt(old, listRV), rv: listRV})
+			gone = append(gone, &storeEvent{typ: watch.Deleted, prev: old, cur: withRV(old, max(listRV, c.rv)), rv: max(listRV, c.rv)})
 		}
 		return true
 	})
@@ -182,70 +213,29 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 			changes = append(changes, &storeEvent{typ: watch.Modified, prev: old, cur: e, rv: e.rv})
 		}
 	}
-	sort.Slice(changes, func(a, b int) bool { return changes[a].rv < changes[b].rv })
-	sort.Slice(gone, func(a, b int) bool { return gone[a].cur.key < gone[b].cur.key })
+	sort.Slice(changes, func(a, b int) bool {
+		if changes[a].rv != changes[b].rv {
+			return changes[a].rv < changes[b].rv
+		}
+		return changes[a].cur.key < changes[b].cur.key
+	})
+	// gone came out of the tree in key order.
 	c.mu.Unlock()
+	if len(changes) > 0 && changes[0].rv <= c.ResourceVersion() {
+		klog.InfoS("Relist returned changes older than the cache's resourceVersion; watchers resuming from it may miss them",
+			"resource", c.resource, "oldest", changes[0].rv, "cache", c.ResourceVersion())
+	}
 	klog.InfoS("Index cache relisted", "resource", c.resource, "changed", len(changes), "deleted", len(gone), "resourceVersion", listRV)
-	for _, ev := range append(changes, gone...) {
+	for _, ev := range changes {
 		c.mu.Lock()
-		d := c.commitLocked(ev)
-		c.mu.Unlock()
-		c.deliver(d)
+		c.commitAndUnlock(ev)
+	}
+	for _, ev := range gone {
+		c.mu.Lock()
+		c.commitAndUnlock(ev)
 	}
 	c.mu.Lock()
 	c.setRVLocked(listRV)
 	c.mu.Unlock()
 	return nil
-}
-
-// deletedAt is an entry's final state stamped with the deletion's resourceVersion.
-func deletedAt(e *entry, rv uint64) *entry {
-	cp := *e
-	cp.obj = withResourceVersion(e.obj, rv)
-	cp.rv = rv
-	return &cp
-}
-
-// withResourceVersion returns a shallow copy of obj with another resourceVersion.
-func withResourceVersion(obj runtime.Object, rv uint64) runtime.Object {
-	v := reflect.ValueOf(obj)
-	cp := reflect.New(v.Elem().Type())
-	cp.Elem().Set(v.Elem())
-	out := cp.Interface().(runtime.Object)
-	if m, err := meta.Accessor(out); err == nil {
-		m.SetResourceVersion(strconv.FormatUint(rv, 10))
-	}
-	return out
-}
-
-// commitLocked applies ev to the store, the indexes and the event window, and
-// returns what each concerned watcher must receive. Delivery happens after
-// the lock is released, still under ingestMu, so order is kept.
-func (c *Cache) commitLocked(ev *storeEvent) []delivery {
-	if ev.typ == watch.Deleted {
-		c.tree.Delete(ev.prev)
-		c.indexes.update(ev.prev, nil)
-	} else {
-		c.tree.ReplaceOrInsert(ev.cur)
-		c.indexes.update(ev.prev, ev.cur)
-	}
-	c.window.add(ev)
-	c.setRVLocked(ev.rv)
-	c.mObjects.Set(float64(c.tree.Len()))
-
-	candidates := map[*watcher]struct{}{}
-	c.router.candidates(ev.prev, ev.cur, candidates)
-	c.mCandidates.Observe(float64(len(candidates)))
-	skipped := len(c.router.all) - len(candidates)
-	var out []delivery
-	for w := range candidates {
-		if e, ok := w.convert(ev); ok {
-			out = append(out, delivery{w, e})
-		} else {
-			skipped++
-		}
-	}
-	c.mFiltered.Add(float64(skipped))
-	c.mDispatched.Add(float64(len(out)))
-	return out
 }

@@ -2,31 +2,24 @@ package indexcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/google/btree"
-	"k8s.io/apimachinery/pkg/api/errors"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
-
-	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
-// continuePrefix is the key prefix continue tokens are relative to.
+// continuePrefix is the key prefix continue tokens are relative to: tokens
+// carry "namespace/name\x00" like kube-apiserver's carry the etcd key.
 const continuePrefix = "/"
 
-func tooOld(rv, oldest uint64) error {
-	return errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, oldest))
-}
-
-func continueExpired() error {
-	return errors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
-}
-
-// view is a consistent state to list from. For the live state, the index
-// candidates are picked under the same lock as the tree snapshot.
+// view is a consistent state to list from: a copy-on-write tree, and when
+// an index applied, the candidates it chose at the same resourceVersion.
 type view struct {
 	tree       *btree.BTreeG[*entry]
 	rv         uint64
@@ -35,14 +28,18 @@ type view struct {
 	index      string
 }
 
-// List returns one page of the objects the options select.
+// List returns one page of the objects the options select, in key order.
+// A limit is honoured for every resourceVersion, "0" included.
 func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error) {
 	pred, err := c.compile(opts.Namespace, opts.Label, opts.Field, opts.Shard)
 	if err != nil {
 		return nil, err
 	}
 	if opts.Limit < 0 {
-		return nil, errors.NewBadRequest("limit must not be negative")
+		return nil, apierrors.NewBadRequest("limit must not be negative")
+	}
+	if err := c.checkReady(); err != nil {
+		return nil, err
 	}
 	startKey := ""
 	var v view
@@ -50,13 +47,18 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 	case opts.Continue != "":
 		key, rv, err := storage.DecodeContinue(opts.Continue, continuePrefix)
 		if err != nil {
-			return nil, errors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
-		}
-		if rv <= 0 {
-			return nil, errors.NewBadRequest("invalid continue token: no resource version")
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
 		}
 		startKey = strings.TrimPrefix(key, continuePrefix)
-		if v, err = c.stateAt(uint64(rv), true); err != nil {
+		if rv < 0 {
+			// The token of a 410: continue at the latest state.
+			v = c.live(pred, opts.Limit > 0)
+			break
+		}
+		if v, err = c.stateAt(uint64(rv), pred); err != nil {
+			if isExpired(err) {
+				return nil, errContinueExpired(startKey)
+			}
 			return nil, err
 		}
 	case opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
@@ -67,110 +69,91 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		if err := c.waitFor(ctx, rv); err != nil {
 			return nil, err
 		}
-		if v, err = c.stateAt(rv, false); err != nil {
+		if v, err = c.stateAt(rv, pred); err != nil {
 			return nil, err
 		}
 	default:
-		switch opts.ResourceVersion {
-		case "":
-			if err := c.waitConsistent(ctx); err != nil {
-				return nil, err
-			}
-		case "0":
-		default:
-			rv, err := parseRV(opts.ResourceVersion)
-			if err != nil {
-				return nil, err
-			}
-			if err := c.waitFor(ctx, rv); err != nil {
-				return nil, err
-			}
+		if err := c.waitFresh(ctx, opts.ResourceVersion); err != nil {
+			return nil, err
 		}
-		v = c.live(pred)
+		v = c.live(pred, opts.Limit > 0)
 	}
-	return c.page(v, pred, startKey, opts.Limit)
+	return c.page(v, pred, startKey, opts.Limit), nil
 }
 
-// live takes a copy-on-write snapshot of the current state, with the index
-// candidates for pred when an index applies.
-func (c *Cache) live(pred *predicate) view {
+func isExpired(err error) bool {
+	var se *apierrors.StatusError
+	return errors.As(err, &se) && apierrors.IsResourceExpired(se)
+}
+
+// live is the current state. The index candidates are picked under the
+// read lock; the tree is cloned (O(1), copy-on-write) only when a scan or a
+// later page may need it.
+func (c *Cache) live(pred *predicate, paged bool) view {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	v := view{tree: c.cloneTree(), rv: c.rv}
+	v := view{rv: c.rv}
 	v.candidates, v.index, v.indexed = c.indexes.candidates(pred)
+	if !v.indexed || paged {
+		v.tree = c.cloneTree()
+	}
 	return v
 }
 
 // cloneTree takes a copy-on-write clone of the store. Clone writes to the
-// original tree's bookkeeping, so concurrent readers take turns.
+// source tree's bookkeeping, so concurrent readers take turns.
 func (c *Cache) cloneTree() *btree.BTreeG[*entry] {
 	c.cloneMu.Lock()
 	defer c.cloneMu.Unlock()
 	return c.tree.Clone()
 }
 
-// stateAt returns the state at rv: a retained snapshot, or the current state
-// with the newer events undone. It fails with 410 when the window no longer
-// reaches back to rv.
-func (c *Cache) stateAt(rv uint64, forContinue bool) (view, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s, ok := c.snapshots[rv]; ok {
-		s.expires = c.cfg.Clock.Now().Add(c.cfg.SnapshotRetention)
-		return view{tree: s.tree, rv: rv}, nil
-	}
-	if rv == c.rv {
-		return view{tree: c.cloneTree(), rv: rv}, nil
-	}
-	events, ok := c.window.since(rv)
-	if !ok || rv > c.rv {
-		if forContinue {
-			return view{}, continueExpired()
+// selectLocked returns the entries pred selects in the live state, in key
+// order, and the index that chose them. The caller holds mu.
+func (c *Cache) selectLocked(pred *predicate) ([]*entry, string) {
+	if cands, name, ok := c.indexes.candidates(pred); ok {
+		out := cands[:0]
+		for _, e := range cands {
+			if pred.matches(e) {
+				out = append(out, e)
+			}
 		}
-		return view{}, tooOld(rv, c.window.startRV)
+		return out, name
 	}
-	t := c.cloneTree()
-	for i := len(events) - 1; i >= 0; i-- {
-		ev := events[i]
-		switch ev.typ {
-		case "ADDED":
-			t.Delete(ev.cur)
-		default:
-			t.ReplaceOrInsert(ev.prev)
+	var out []*entry
+	name := c.scan(c.tree, pred, "", func(e *entry) bool {
+		if pred.matches(e) {
+			out = append(out, e)
 		}
-	}
-	c.snapshots[rv] = &snapshot{tree: t, expires: c.cfg.Clock.Now().Add(c.cfg.SnapshotRetention)}
-	return view{tree: t, rv: rv}, nil
+		return true
+	})
+	return out, name
 }
 
-func (c *Cache) keepSnapshot(v view) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.snapshots[v.rv]; !ok {
-		c.snapshots[v.rv] = &snapshot{tree: v.tree, expires: c.cfg.Clock.Now().Add(c.cfg.SnapshotRetention)}
-	}
-}
-
-func (c *Cache) expireSnapshots() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.cfg.Clock.Now()
-	for rv, s := range c.snapshots {
-		if now.After(s.expires) {
-			delete(c.snapshots, rv)
+// scan walks the part of tree pred can match from startKey on: a namespace's
+// key range when the selection is confined to one, else everything. It
+// returns the name for the list metric.
+func (c *Cache) scan(tree *btree.BTreeG[*entry], pred *predicate, startKey string, fn func(*entry) bool) string {
+	if pred.hasNS && c.cfg.Namespaced {
+		lo, hi := pred.ns+"/", pred.ns+"0" // '0' follows '/'
+		if startKey > lo {
+			lo = startKey
 		}
+		tree.AscendRange(&entry{key: lo}, &entry{key: hi}, fn)
+		return "namespace"
 	}
+	tree.AscendGreaterOrEqual(&entry{key: startKey}, fn)
+	return "all"
 }
 
-// page selects from a view: from the smallest index candidate set when the
-// view has indexes and the selection allows one, else by scanning (just the
-// namespace's key range when confined to one).
-func (c *Cache) page(v view, pred *predicate, startKey string, limit int64) (*ListResult, error) {
+// page selects one page from a view, from the index candidates when there
+// are some, else by scanning.
+func (c *Cache) page(v view, pred *predicate, startKey string, limit int64) *ListResult {
 	res := &ListResult{ResourceVersion: v.rv}
 	var matched []*entry
 	more := false
 	collect := func(e *entry) bool {
-		if e.key < startKey || !pred.matches(e) {
+		if !pred.matches(e) {
 			return true
 		}
 		if limit > 0 && int64(len(matched)) == limit {
@@ -180,51 +163,44 @@ func (c *Cache) page(v view, pred *predicate, startKey string, limit int64) (*Li
 		matched = append(matched, e)
 		return true
 	}
-	countRest := pred.labelEmpty && len(pred.fieldReqs) == 0 && len(pred.shards) == 0
 	if v.indexed {
 		res.Index = v.index
-		for _, e := range v.candidates {
+		i := sort.Search(len(v.candidates), func(i int) bool { return v.candidates[i].key >= startKey })
+		for _, e := range v.candidates[i:] {
 			if !collect(e) {
 				break
 			}
 		}
 	} else {
-		ns, confined := pred.effectiveNamespace()
-		if confined && c.cfg.Namespaced {
-			res.Index = "namespace"
-			lo := &entry{key: ns + "/"}
-			if startKey > lo.key {
-				lo.key = startKey
-			}
-			v.tree.AscendRange(lo, &entry{key: ns + "0"}, collect)
-		} else {
-			res.Index = "all"
-			v.tree.AscendGreaterOrEqual(&entry{key: startKey}, collect)
-		}
+		res.Index = c.scan(v.tree, pred, startKey, collect)
 	}
-	metrics.ListRequests.WithLabelValues(c.resource, res.Index).Inc()
+	c.m.list(res.Index)
 	res.Items = make([]runtime.Object, len(matched))
 	for i, e := range matched {
 		res.Items[i] = e.obj
 	}
-	if more {
-		last := matched[len(matched)-1].key
-		token, err := storage.EncodeContinue(continuePrefix+last+"\x00", continuePrefix, int64(v.rv))
-		if err != nil {
-			return nil, errors.NewInternalError(err)
-		}
-		res.Continue = token
-		if countRest {
-			n := int64(0)
-			v.tree.AscendGreaterOrEqual(&entry{key: last + "\x00"}, func(e *entry) bool {
-				if pred.matches(e) {
-					n++
-				}
-				return true
-			})
-			res.RemainingItemCount = &n
-		}
-		c.keepSnapshot(v)
+	if !more {
+		return res
 	}
-	return res, nil
+	next := matched[len(matched)-1].key + "\x00"
+	token, err := storage.EncodeContinue(continuePrefix+next, continuePrefix, int64(v.rv))
+	if err != nil {
+		// Keys always carry the prefix; nothing a client can cause.
+		panic(err)
+	}
+	res.Continue = token
+	if pred.selectsAll() {
+		// Like kube-apiserver, only for an unfiltered list (a namespace is
+		// not a filter): the rest of the range, counted.
+		n := int64(0)
+		c.scan(v.tree, pred, next, func(e *entry) bool {
+			if pred.matches(e) {
+				n++
+			}
+			return true
+		})
+		res.RemainingItemCount = &n
+	}
+	c.keepSnapshot(v, pred)
+	return res
 }

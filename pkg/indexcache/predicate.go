@@ -2,6 +2,7 @@ package indexcache
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -12,9 +13,16 @@ import (
 	"k8s.io/apimachinery/pkg/sharding"
 )
 
-// maxInValues bounds the `in` sets that may drive an index lookup; larger
-// sets are cheaper to filter than to union.
+// maxInValues bounds the `in` sets that may drive an index lookup or a watch
+// route; larger sets are cheaper to filter than to union.
 const maxInValues = 8
+
+const (
+	shardKeyUID       = "object.metadata.uid"
+	shardKeyNamespace = "object.metadata.namespace"
+	// namespaceField is handled from the object's key, not from Config.Fields.
+	namespaceField = "metadata.namespace"
+)
 
 // shardRange is one `[start, end)` range of the 64-bit hash space; open means
 // end is 2^64.
@@ -25,16 +33,52 @@ type shardRange struct {
 
 func (r shardRange) contains(h uint64) bool { return h >= r.start && (r.open || h < r.end) }
 
-// predicate is a request's selection, compiled once.
-type predicate struct {
-	namespace  string
-	label      labels.Selector
-	fieldReqs  fields.Requirements
-	shards     []shardRange
-	shardByNS  bool
-	labelEmpty bool
+// width is the range's share of the hash space, for route costs.
+func (r shardRange) width() float64 {
+	if r.open {
+		return 1 - float64(r.start)/(1<<64)
+	}
+	return float64(r.end-r.start) / (1 << 64)
 }
 
+// fieldReq is one field selector requirement; id is -1 for metadata.namespace.
+type fieldReq struct {
+	id    int
+	field string
+	value string
+	not   bool
+}
+
+// exactReq is a requirement an index can answer: a label key or a field
+// with the few values it allows.
+type exactReq struct {
+	label  bool
+	key    string // label key or field path
+	id     int    // field ordinal
+	values []string
+}
+
+// predicate is a request's selection, compiled once.
+type predicate struct {
+	namespace  string // from the request path; "" = all
+	label      labels.Selector
+	labelEmpty bool
+	fieldReqs  []fieldReq
+	shards     []shardRange
+	shardByNS  bool
+	shardSel   sharding.Selector
+	exact      []exactReq
+	// ns is the namespace the selection is confined to (path or
+	// metadata.namespace=); hasNS tells whether there is one.
+	ns    string
+	hasNS bool
+	// key is a canonical text of the selection, for caching index candidates
+	// with a snapshot.
+	key string
+}
+
+// compile checks and compiles a selection. Unknown fields and malformed
+// shard requirements are the client's fault: 400.
 func (c *Cache) compile(namespace string, label labels.Selector, field fields.Selector, shard sharding.Selector) (*predicate, error) {
 	p := &predicate{namespace: namespace, label: label}
 	if p.label == nil {
@@ -42,48 +86,92 @@ func (c *Cache) compile(namespace string, label labels.Selector, field fields.Se
 	}
 	p.labelEmpty = p.label.Empty()
 	if field != nil && !field.Empty() {
-		p.fieldReqs = field.Requirements()
-		for _, r := range p.fieldReqs {
-			if r.Field == "metadata.namespace" {
-				continue
+		for _, r := range field.Requirements() {
+			fr := fieldReq{id: -1, field: r.Field, value: r.Value}
+			switch r.Operator {
+			case selection.Equals, selection.DoubleEquals:
+			case selection.NotEquals:
+				fr.not = true
+			default:
+				return nil, errors.NewBadRequest(fmt.Sprintf("unsupported operator %q in field selector %q", r.Operator, field.String()))
 			}
-			if _, ok := c.cfg.Fields[r.Field]; !ok {
-				return nil, errors.NewBadRequest(fmt.Sprintf("field label not supported: %s", r.Field))
+			if r.Field != namespaceField {
+				id, ok := c.fieldIDs[r.Field]
+				if !ok {
+					return nil, errors.NewBadRequest(fmt.Sprintf("field label not supported: %s", r.Field))
+				}
+				fr.id = id
 			}
-			if r.Operator != selection.Equals && r.Operator != selection.DoubleEquals && r.Operator != selection.NotEquals {
-				return nil, errors.NewBadRequest(fmt.Sprintf("unsupported operator %q in field selector", r.Operator))
-			}
+			p.fieldReqs = append(p.fieldReqs, fr)
 		}
 	}
 	if shard != nil && !shard.Empty() {
-		for _, req := range shard.Requirements() {
+		p.shardSel = shard
+		for i, req := range shard.Requirements() {
 			r, err := parseShardRange(req)
 			if err != nil {
-				return nil, errors.NewBadRequest(err.Error())
+				return nil, errors.NewBadRequest(fmt.Sprintf("invalid shardSelector: %v", err))
 			}
+			byNS := req.Key == shardKeyNamespace
+			if i > 0 && byNS != p.shardByNS {
+				return nil, errors.NewBadRequest("invalid shardSelector: all shard ranges must use the same field")
+			}
+			p.shardByNS = byNS
 			p.shards = append(p.shards, r)
-			p.shardByNS = req.Key == "object.metadata.namespace"
 		}
 	}
+	p.ns, p.hasNS = p.namespace, p.namespace != ""
+	for _, r := range p.fieldReqs {
+		if r.id == -1 && !r.not && !p.hasNS {
+			p.ns, p.hasNS = r.value, true
+		}
+	}
+	p.exact = p.exactRequirements()
+	p.key = fmt.Sprintf("%s|%s|%s|%s", namespace, p.label.String(), fieldsString(field), shardString(shard))
 	return p, nil
 }
 
+func fieldsString(f fields.Selector) string {
+	if f == nil {
+		return ""
+	}
+	return f.String()
+}
+
+func shardString(s sharding.Selector) string {
+	if s == nil {
+		return ""
+	}
+	return s.String()
+}
+
 func parseShardRange(req sharding.ShardRangeRequirement) (shardRange, error) {
-	if req.Key != "object.metadata.uid" && req.Key != "object.metadata.namespace" {
-		return shardRange{}, fmt.Errorf("unsupported shard key %q", req.Key)
+	if req.Key != shardKeyUID && req.Key != shardKeyNamespace {
+		return shardRange{}, fmt.Errorf("unsupported field path %q; supported: %s, %s", req.Key, shardKeyUID, shardKeyNamespace)
 	}
-	start, err := strconv.ParseUint(strings.TrimPrefix(req.Start, "0x"), 16, 64)
+	start, err := parseHex(req.Start)
 	if err != nil {
-		return shardRange{}, fmt.Errorf("invalid shard range start %q", req.Start)
+		return shardRange{}, fmt.Errorf("shard range start: %v", err)
 	}
-	if req.End == "0x10000000000000000" {
+	if strings.EqualFold(req.End, "0x10000000000000000") {
 		return shardRange{start: start, open: true}, nil
 	}
-	end, err := strconv.ParseUint(strings.TrimPrefix(req.End, "0x"), 16, 64)
+	end, err := parseHex(req.End)
 	if err != nil {
-		return shardRange{}, fmt.Errorf("invalid shard range end %q", req.End)
+		return shardRange{}, fmt.Errorf("shard range end: %v", err)
 	}
 	return shardRange{start: start, end: end}, nil
+}
+
+func parseHex(s string) (uint64, error) {
+	if !strings.HasPrefix(s, "0x") {
+		return 0, fmt.Errorf("%q must have '0x' prefix", s)
+	}
+	v, err := strconv.ParseUint(s[2:], 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a 64-bit hex value", s)
+	}
+	return v, nil
 }
 
 // matches applies the whole selection to an entry.
@@ -91,49 +179,56 @@ func (p *predicate) matches(e *entry) bool {
 	if p.namespace != "" && e.namespace != p.namespace {
 		return false
 	}
-	if len(p.shards) > 0 {
-		h := e.uidHash
-		if p.shardByNS {
-			h = e.nsHash
-		}
-		in := false
-		for _, r := range p.shards {
-			if r.contains(h) {
-				in = true
-				break
-			}
-		}
-		if !in {
-			return false
-		}
+	if len(p.shards) > 0 && !p.inShard(e) {
+		return false
 	}
-	for _, r := range p.fieldReqs {
-		var vals []string
-		if r.Field == "metadata.namespace" {
-			vals = []string{e.namespace}
-		} else {
-			vals = e.field(r.Field)
-		}
+	for i := range p.fieldReqs {
+		r := &p.fieldReqs[i]
 		found := false
-		for _, v := range vals {
-			if v == r.Value {
-				found = true
-				break
+		if r.id < 0 {
+			found = e.namespace == r.value
+		} else {
+			for _, v := range e.fields[r.id] {
+				if v == r.value {
+					found = true
+					break
+				}
 			}
 		}
-		if found == (r.Operator == selection.NotEquals) {
+		if found == r.not {
 			return false
 		}
 	}
 	return p.labelEmpty || p.label.Matches(e.labels)
 }
 
-// exact lists the requirements an index can answer: label and field keys
-// with the values they allow.
-type exactReq struct {
-	label  bool
-	key    string
-	values []string
+func (p *predicate) inShard(e *entry) bool {
+	h := e.uidHash
+	if p.shardByNS {
+		h = e.nsHash
+	}
+	for _, r := range p.shards {
+		if r.contains(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// selectsAll tells whether only the namespace restricts the selection (then
+// lists report remainingItemCount, as kube-apiserver does for an empty
+// predicate).
+func (p *predicate) selectsAll() bool {
+	return p.labelEmpty && len(p.fieldReqs) == 0 && len(p.shards) == 0
+}
+
+// shardShare is the fraction of the hash space the shard ranges cover.
+func (p *predicate) shardShare() float64 {
+	share := 0.0
+	for _, r := range p.shards {
+		share += r.width()
+	}
+	return min(share, 1)
 }
 
 func (p *predicate) exactRequirements() []exactReq {
@@ -149,23 +244,10 @@ func (p *predicate) exactRequirements() []exactReq {
 		}
 	}
 	for _, r := range p.fieldReqs {
-		if r.Operator != selection.NotEquals && r.Field != "metadata.namespace" {
-			out = append(out, exactReq{key: r.Field, values: []string{r.Value}})
+		if !r.not && r.id >= 0 {
+			out = append(out, exactReq{key: r.field, id: r.id, values: []string{r.value}})
 		}
 	}
+	sort.SliceStable(out, func(i, j int) bool { return len(out[i].values) < len(out[j].values) })
 	return out
-}
-
-// effectiveNamespace is the namespace the selection is confined to, from the
-// request path or a metadata.namespace field requirement.
-func (p *predicate) effectiveNamespace() (string, bool) {
-	if p.namespace != "" {
-		return p.namespace, true
-	}
-	for _, r := range p.fieldReqs {
-		if r.Field == "metadata.namespace" && r.Operator != selection.NotEquals {
-			return r.Value, true
-		}
-	}
-	return "", false
 }

@@ -1,142 +1,140 @@
 package indexcache
 
 import (
-	"sort"
+	"math"
 )
 
 type watcherSet map[*watcher]struct{}
 
-func (s watcherSet) addTo(out map[*watcher]struct{}) {
-	for w := range s {
-		out[w] = struct{}{}
-	}
-}
+// routeKind names where a watcher is registered.
+type routeKind int
 
-// keyedWatchers is one routing index: watchers by the value they require.
-type keyedWatchers map[string]watcherSet
-
-func (k keyedWatchers) add(v string, w *watcher) {
-	if k[v] == nil {
-		k[v] = watcherSet{}
-	}
-	k[v][w] = struct{}{}
-}
-
-func (k keyedWatchers) remove(v string, w *watcher) {
-	delete(k[v], w)
-	if len(k[v]) == 0 {
-		delete(k, v)
-	}
-}
+const (
+	routeUnindexed routeKind = iota
+	routeNamespace
+	routeLabel
+	routeField
+	routeShard
+)
 
 // route is where a watcher is registered: exactly one routing index (with
 // one or a few values), or the unindexed list.
 type route struct {
-	kind   string // "namespace", "label", "field", "shard", "unindexed"
+	kind   routeKind
 	key    string // label key or field path
+	id     int    // field ordinal
 	values []string
 }
 
 func (r route) indexName() string {
 	switch r.kind {
-	case "label":
-		return indexName(true, r.key)
-	case "field":
-		return indexName(false, r.key)
+	case routeNamespace:
+		return "namespace"
+	case routeLabel:
+		return labelName(r.key)
+	case routeField:
+		return fieldName(r.key)
+	case routeShard:
+		return "shard"
 	}
-	return r.kind
+	return "unindexed"
 }
 
 // router finds the watchers an event may concern. Each watcher sits in one
 // index; an event looks up the buckets its old and new values hit in every
-// index, so a watcher is found whichever index it sits in.
+// index, so a watcher is found whichever index it sits in, and watchers no
+// value leads to are never touched.
 type router struct {
-	namespaces keyedWatchers
-	labels     map[string]keyedWatchers
-	fields     map[string]keyedWatchers
-	uidShards  shardIndex
-	nsShards   shardIndex
+	namespaces map[string]watcherSet
+	labels     map[string]map[string]watcherSet // label key -> value -> watchers
+	fields     map[int]map[string]watcherSet    // field ordinal -> value -> watchers
+	uidShards  *shardIndex
+	nsShards   *shardIndex
 	unindexed  watcherSet
 	all        watcherSet
-	// perIndex counts watchers by routing index, kept as they come and go so
-	// opening a watch never walks all the others.
-	perIndex map[string]int
 }
 
 func newRouter() *router {
 	return &router{
-		namespaces: keyedWatchers{},
-		labels:     map[string]keyedWatchers{},
-		fields:     map[string]keyedWatchers{},
+		namespaces: map[string]watcherSet{},
+		labels:     map[string]map[string]watcherSet{},
+		fields:     map[int]map[string]watcherSet{},
 		uidShards:  newShardIndex(),
 		nsShards:   newShardIndex(),
 		unindexed:  watcherSet{},
 		all:        watcherSet{},
-		perIndex:   map[string]int{},
 	}
 }
 
-// chooseRoute picks the most selective index the watcher's selection allows
-// among the indexed label keys and fields.
-func chooseRoute(p *predicate, idx *indexSet, namespaced bool) route {
-	var best *route
-	for _, r := range p.exactRequirements() {
-		if _, ok := idx.index(r.label, r.key); !ok {
+// chooseRoute registers a watcher where it is most selective: the exact
+// requirement (indexed label or field), namespace or shard range that
+// selects the fewest objects today; else unindexed.
+func (c *Cache) chooseRoute(p *predicate) route {
+	if c.broadcast {
+		return route{kind: routeUnindexed}
+	}
+	best, bestCost := route{kind: routeUnindexed}, math.Inf(1)
+	for _, r := range p.exact {
+		ix, _, ok := c.indexes.lookup(r)
+		if !ok {
 			continue
 		}
-		kind := "field"
+		cand := route{kind: routeField, key: r.key, id: r.id, values: r.values}
 		if r.label {
-			kind = "label"
+			cand.kind = routeLabel
 		}
-		cand := route{kind: kind, key: r.key, values: r.values}
-		// metadata.name pins one object: nothing is more selective.
-		if r.key == "metadata.name" && !r.label {
-			return cand
-		}
-		if best == nil || len(cand.values) < len(best.values) || (cand.kind == "label" && best.kind == "field" && len(cand.values) == len(best.values)) {
-			best = &cand
+		if cost := float64(ix.size(r.values)) + float64(len(r.values))/16; cost < bestCost {
+			best, bestCost = cand, cost
 		}
 	}
-	if best != nil {
-		return *best
-	}
-	if ns, ok := p.effectiveNamespace(); ok && namespaced {
-		return route{kind: "namespace", values: []string{ns}}
+	if p.hasNS && c.cfg.Namespaced {
+		if cost := float64(c.indexes.namespaces[p.ns]) + 0.5; cost < bestCost {
+			best, bestCost = route{kind: routeNamespace, values: []string{p.ns}}, cost
+		}
 	}
 	if len(p.shards) > 0 {
-		return route{kind: "shard"}
+		if cost := p.shardShare()*float64(c.tree.Len()) + 0.5; cost < bestCost {
+			best = route{kind: routeShard}
+		}
 	}
-	return route{kind: "unindexed"}
+	return best
+}
+
+func addTo(m map[string]watcherSet, v string, w *watcher) {
+	if m[v] == nil {
+		m[v] = watcherSet{}
+	}
+	m[v][w] = struct{}{}
+}
+
+func removeFrom(m map[string]watcherSet, v string, w *watcher) {
+	delete(m[v], w)
+	if len(m[v]) == 0 {
+		delete(m, v)
+	}
 }
 
 func (r *router) add(w *watcher) {
 	r.all[w] = struct{}{}
-	r.perIndex[w.route.indexName()]++
 	switch w.route.kind {
-	case "namespace":
-		for _, v := range w.route.values {
-			r.namespaces.add(v, w)
-		}
-	case "label":
+	case routeNamespace:
+		addTo(r.namespaces, w.route.values[0], w)
+	case routeLabel:
 		if r.labels[w.route.key] == nil {
-			r.labels[w.route.key] = keyedWatchers{}
+			r.labels[w.route.key] = map[string]watcherSet{}
 		}
 		for _, v := range w.route.values {
-			r.labels[w.route.key].add(v, w)
+			addTo(r.labels[w.route.key], v, w)
 		}
-	case "field":
-		if r.fields[w.route.key] == nil {
-			r.fields[w.route.key] = keyedWatchers{}
+	case routeField:
+		if r.fields[w.route.id] == nil {
+			r.fields[w.route.id] = map[string]watcherSet{}
 		}
 		for _, v := range w.route.values {
-			r.fields[w.route.key].add(v, w)
+			addTo(r.fields[w.route.id], v, w)
 		}
-	case "shard":
-		if w.pred.shardByNS {
-			r.nsShards.add(w, w.pred.shards)
-		} else {
-			r.uidShards.add(w, w.pred.shards)
-		}
+	case routeShard:
+		r.shardIndex(w).add(w, w.pred.shards)
 	default:
 		r.unindexed[w] = struct{}{}
 	}
@@ -147,124 +145,107 @@ func (r *router) remove(w *watcher) {
 		return
 	}
 	delete(r.all, w)
-	if name := w.route.indexName(); r.perIndex[name] > 1 {
-		r.perIndex[name]--
-	} else {
-		delete(r.perIndex, name)
-	}
 	switch w.route.kind {
-	case "namespace":
+	case routeNamespace:
+		removeFrom(r.namespaces, w.route.values[0], w)
+	case routeLabel:
 		for _, v := range w.route.values {
-			r.namespaces.remove(v, w)
-		}
-	case "label":
-		for _, v := range w.route.values {
-			r.labels[w.route.key].remove(v, w)
+			removeFrom(r.labels[w.route.key], v, w)
 		}
 		if len(r.labels[w.route.key]) == 0 {
 			delete(r.labels, w.route.key)
 		}
-	case "field":
+	case routeField:
 		for _, v := range w.route.values {
-			r.fields[w.route.key].remove(v, w)
+			removeFrom(r.fields[w.route.id], v, w)
 		}
-		if len(r.fields[w.route.key]) == 0 {
-			delete(r.fields, w.route.key)
+		if len(r.fields[w.route.id]) == 0 {
+			delete(r.fields, w.route.id)
 		}
-	case "shard":
-		if w.pred.shardByNS {
-			r.nsShards.remove(w)
-		} else {
-			r.uidShards.remove(w)
-		}
+	case routeShard:
+		r.shardIndex(w).remove(w)
 	default:
 		delete(r.unindexed, w)
 	}
 }
 
-// candidates returns the watchers an event on old -> new may concern.
-func (r *router) candidates(old, new *entry, out map[*watcher]struct{}) {
+func (r *router) shardIndex(w *watcher) *shardIndex {
+	if w.pred.shardByNS {
+		return r.nsShards
+	}
+	return r.uidShards
+}
+
+// candidates appends to out every watcher registered under a value the old
+// or the new state hits, in any routing index, plus the unindexed ones, each
+// once: epoch marks the watchers already taken for this event.
+func (r *router) candidates(old, new *entry, epoch uint64, out []*watcher) []*watcher {
+	take := func(ws watcherSet) {
+		for w := range ws {
+			if w.epoch != epoch {
+				w.epoch = epoch
+				out = append(out, w)
+			}
+		}
+	}
 	for _, e := range [2]*entry{old, new} {
 		if e == nil {
 			continue
 		}
-		r.namespaces[e.namespace].addTo(out)
-		for key, kw := range r.labels {
+		if len(r.namespaces) > 0 {
+			take(r.namespaces[e.namespace])
+		}
+		for key, byValue := range r.labels {
 			if v, ok := e.labels[key]; ok {
-				kw[v].addTo(out)
+				take(byValue[v])
 			}
 		}
-		for key, kw := range r.fields {
-			for _, v := range e.field(key) {
-				kw[v].addTo(out)
+		for id, byValue := range r.fields {
+			for _, v := range e.fields[id] {
+				take(byValue[v])
 			}
 		}
 		for _, w := range r.uidShards.lookup(e.uidHash) {
-			out[w] = struct{}{}
+			if w.epoch != epoch {
+				w.epoch = epoch
+				out = append(out, w)
+			}
 		}
 		for _, w := range r.nsShards.lookup(e.nsHash) {
-			out[w] = struct{}{}
+			if w.epoch != epoch {
+				w.epoch = epoch
+				out = append(out, w)
+			}
 		}
 	}
-	r.unindexed.addTo(out)
+	take(r.unindexed)
+	return out
+}
+
+func (r *router) list() []*watcher {
+	out := make([]*watcher, 0, len(r.all))
+	for w := range r.all {
+		out = append(out, w)
+	}
+	return out
 }
 
 // counts reports watchers per routing index.
-func (r *router) counts() map[string]int { return r.perIndex }
-
-// shardIndex finds the watchers whose hash ranges contain a hash in
-// O(log W + matches): the ranges' bounds cut the hash space into segments,
-// each listing the watchers covering it. It is rebuilt lazily after changes.
-type shardIndex struct {
-	ranges  map[*watcher][]shardRange
-	dirty   bool
-	bounds  []uint64
-	members [][]*watcher
+func (r *router) counts() map[string]int {
+	out := map[string]int{}
+	for w := range r.all {
+		out[w.route.indexName()]++
+	}
+	return out
 }
 
-func newShardIndex() shardIndex { return shardIndex{ranges: map[*watcher][]shardRange{}} }
-
-func (s *shardIndex) add(w *watcher, rs []shardRange) { s.ranges[w] = rs; s.dirty = true }
-func (s *shardIndex) remove(w *watcher)               { delete(s.ranges, w); s.dirty = true }
-func (s *shardIndex) count() int                      { return len(s.ranges) }
-
-func (s *shardIndex) rebuild() {
-	s.dirty = false
-	set := map[uint64]bool{0: true}
-	for _, rs := range s.ranges {
-		for _, r := range rs {
-			set[r.start] = true
-			if !r.open {
-				set[r.end] = true
-			}
+// sharded counts watchers with a shard selector, wherever they are routed.
+func (r *router) sharded() int {
+	n := 0
+	for w := range r.all {
+		if len(w.pred.shards) > 0 {
+			n++
 		}
 	}
-	s.bounds = s.bounds[:0]
-	for b := range set {
-		s.bounds = append(s.bounds, b)
-	}
-	sort.Slice(s.bounds, func(i, j int) bool { return s.bounds[i] < s.bounds[j] })
-	s.members = make([][]*watcher, len(s.bounds))
-	for w, rs := range s.ranges {
-		for _, r := range rs {
-			i := sort.Search(len(s.bounds), func(i int) bool { return s.bounds[i] >= r.start })
-			for ; i < len(s.bounds) && (r.open || s.bounds[i] < r.end); i++ {
-				s.members[i] = append(s.members[i], w)
-			}
-		}
-	}
-}
-
-func (s *shardIndex) lookup(h uint64) []*watcher {
-	if len(s.ranges) == 0 {
-		return nil
-	}
-	if s.dirty {
-		s.rebuild()
-	}
-	i := sort.Search(len(s.bounds), func(i int) bool { return s.bounds[i] > h }) - 1
-	if i < 0 {
-		return nil
-	}
-	return s.members[i]
+	return n
 }

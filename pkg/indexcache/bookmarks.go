@@ -1,0 +1,54 @@
+package indexcache
+
+import (
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// bookmarkEvent returns a BOOKMARK at rv: an empty object of the served type
+// carrying only the resourceVersion (and, at the end of the initial events,
+// the k8s.io/initial-events-end annotation client-go's WatchList waits for).
+func (c *Cache) bookmarkEvent(rv uint64, initialEnd bool) watch.Event {
+	obj := c.cfg.NewFunc()
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetResourceVersion(strconv.FormatUint(rv, 10))
+		if initialEnd {
+			m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+		}
+	}
+	return watch.Event{Type: watch.Bookmark, Object: obj}
+}
+
+// sendBookmarks gives every watcher that allows bookmarks, whatever index it
+// is routed by (sharded ones included: kube-state-metrics#2974), one at the
+// cache's resourceVersion if that is news to it. A watcher with a full
+// buffer skips this one; bookmarks are never worth blocking for.
+func (c *Cache) sendBookmarks() {
+	c.ingestMu.Lock()
+	defer c.ingestMu.Unlock()
+	c.mu.RLock()
+	rv := c.rv
+	var ws []*watcher
+	for w := range c.router.all {
+		if w.allowBookmarks && w.sentRV.Load() < rv {
+			ws = append(ws, w)
+		}
+	}
+	c.mu.RUnlock()
+	if len(ws) == 0 {
+		return
+	}
+	// One object for all: encoded once per encoder like any event.
+	bm := c.bookmarkEvent(rv, false)
+	bm.Object = newCachingObject(bm.Object)
+	for _, w := range ws {
+		select {
+		case w.input <- bm:
+			w.sentRV.Store(rv)
+		default:
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package indexcache
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// Every error the cache returns is a *errors.StatusError carrying the code and
+// message kube-apiserver would give for the same request.
+
+// errTooOldRV: a watch or Exact read reaches back before the retained history.
+func errTooOldRV(rv, oldest uint64) error {
+	return errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, oldest))
+}
+
+// errContinueExpired is etcd3's answer to a continue token whose revision was
+// compacted: 410 with a token (resourceVersion -1) that continues the list
+// from the same key at the latest state.
+func errContinueExpired(startKey string) error {
+	const continueExpired = "The provided continue parameter is too old to display a consistent list result. " +
+		"You can start a new list without the continue parameter."
+	const inconsistentContinue = "The provided continue parameter is too old to display a consistent list result. " +
+		"You can start a new list without the continue parameter, or use the continue token in this response to " +
+		"retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - " +
+		"objects that were created, modified, or deleted between the time the first chunk was returned and now may " +
+		"show up in the list."
+	token, err := storage.EncodeContinue(continuePrefix+startKey, continuePrefix, -1)
+	if err != nil {
+		return errors.NewResourceExpired(continueExpired)
+	}
+	se := errors.NewResourceExpired(inconsistentContinue)
+	se.ErrStatus.ListMeta.Continue = token
+	return se
+}
+
+// errTooLargeRV is the watch cache's "not fresh enough in time" answer:
+// 504 Timeout with the ResourceVersionTooLarge cause.
+func errTooLargeRV(rv, cur uint64) error {
+	return storage.NewTooLargeResourceVersionError(rv, cur, 1)
+}
+
+// errNotReady is the cacher's answer before the first list has loaded.
+func errNotReady() error {
+	return errors.NewTooManyRequests("storage is (re)initializing", 1)
+}
+
+// parseRV parses a request's resourceVersion with the message kube-apiserver
+// gives for a bad one.
+func parseRV(s string) (uint64, error) {
+	rv, err := storage.APIObjectVersioner{}.ParseResourceVersion(s)
+	if err != nil {
+		return 0, errors.NewBadRequest(fmt.Sprintf("invalid resource version: %v", err))
+	}
+	return rv, nil
+}

@@ -1,0 +1,69 @@
+package indexcache
+
+import (
+	"reflect"
+	"strconv"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// storeEvent is one change of the store, kept in the event window. prev is
+// the state before (nil for a creation); cur the state after, which for a
+// deletion is the object's final state with the deletion's resourceVersion.
+type storeEvent struct {
+	typ  watch.EventType
+	prev *entry
+	cur  *entry
+	rv   uint64
+
+	curOnce  sync.Once
+	curObj   *cachingObject
+	goneOnce sync.Once
+	goneObj  *cachingObject
+}
+
+// object is the event's new state, wrapped once so that every watcher of
+// the event shares one serialization per encoder.
+func (ev *storeEvent) object() runtime.Object {
+	ev.curOnce.Do(func() { ev.curObj = newCachingObject(ev.cur.obj) })
+	return ev.curObj
+}
+
+// goneObject is what a watcher that stops matching receives with DELETED:
+// the previous state carrying the event's resourceVersion, as kube-apiserver
+// sends it (cacheWatcher.convertToWatchEvent).
+func (ev *storeEvent) goneObject() runtime.Object {
+	ev.goneOnce.Do(func() {
+		if ev.typ == watch.Deleted {
+			ev.goneObj = newCachingObject(ev.cur.obj)
+			return
+		}
+		ev.goneObj = newCachingObject(withResourceVersion(ev.prev.obj, ev.rv))
+	})
+	return ev.goneObj
+}
+
+// withResourceVersion returns a shallow copy of obj with another
+// resourceVersion; the cached object itself is never modified.
+func withResourceVersion(obj runtime.Object, rv uint64) runtime.Object {
+	out := shallowCopy(obj)
+	if m, err := meta.Accessor(out); err == nil {
+		m.SetResourceVersion(strconv.FormatUint(rv, 10))
+	}
+	return out
+}
+
+// shallowCopy copies the top-level struct of obj: enough for encoders that
+// stamp apiVersion and kind, and for changing the resourceVersion.
+func shallowCopy(obj runtime.Object) runtime.Object {
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return obj.DeepCopyObject()
+	}
+	cp := reflect.New(v.Elem().Type())
+	cp.Elem().Set(v.Elem())
+	return cp.Interface().(runtime.Object)
+}
