@@ -135,12 +135,17 @@ func (c *Cache) apply(obj interface{}, deleted bool) error {
 		}
 		c.mu.Unlock()
 		return nil
+	case deleted && tombKey != "":
+		// A tombstone's object is stale and its deletion has no
+		// resourceVersion of its own: delete the cached state at the cache's
+		// resourceVersion, so RVs never go back. The state at that RV changes,
+		// so snapshots taken at it are dropped. (A Reflector never hands a
+		// store tombstones; informers' DeltaFIFO does.)
+		ev = &storeEvent{typ: watch.Deleted, prev: prev, cur: withRV(prev, max(c.rv, prev.rv)), rv: max(c.rv, prev.rv)}
+		c.commitAndUnlock(ev)
+		c.dropSnapshot(ev.rv)
+		return nil
 	case deleted:
-		if e == nil || tombKey != "" {
-			// A tombstone's object is stale: delete the cached state at the
-			// cache's resourceVersion, so RVs never go back.
-			e = withRV(prev, max(c.rv, prev.rv))
-		}
 		ev = &storeEvent{typ: watch.Deleted, prev: prev, cur: e, rv: e.rv}
 	case e == nil:
 		c.mu.Unlock()

@@ -5,27 +5,43 @@ import (
 	"flag"
 	"fmt"
 	"math/rand"
+	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/sharding"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 )
 
+// Run longer with e.g. -indexcache.seeds=200 -indexcache.ops=2000 (or
+// INDEXCACHE_SEEDS / INDEXCACHE_OPS); reproduce one stream with
+// -indexcache.seed=N -indexcache.seeds=1.
 var (
-	modelSeeds = flag.Int("indexcache.seeds", 6, "random streams the model test runs")
-	modelOps   = flag.Int("indexcache.ops", 400, "operations per stream in the model test")
+	modelSeeds     = flag.Int("indexcache.seeds", 6, "random streams the model test runs")
+	modelFirstSeed = flag.Int("indexcache.seed", 1, "first seed of the model test")
+	modelOps       = flag.Int("indexcache.ops", 400, "operations per stream in the model test")
 )
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
 
 func testConfig() Config {
 	fieldFuncs := map[string]FieldFunc{}
@@ -37,14 +53,18 @@ func testConfig() Config {
 		Namespaced:    true,
 		NewFunc:       func() runtime.Object { return &indexing.Pod{} },
 		Transform: func(obj interface{}) (runtime.Object, error) {
-			return obj.(*indexing.Pod), nil
+			p, ok := obj.(*indexing.Pod)
+			if !ok {
+				return nil, fmt.Errorf("unexpected %T", obj)
+			}
+			return p, nil
 		},
 		Fields:              fieldFuncs,
 		AlwaysIndexedFields: []string{"metadata.name", "spec.nodeName"},
 		EventWindow:         200,
 		WatchBuffer:         100000,
 		BookmarkInterval:    time.Hour,
-		FreshnessTimeout:    time.Second,
+		FreshnessTimeout:    5 * time.Second,
 	}
 }
 
@@ -65,20 +85,32 @@ func mkPod(ns, name, uid string, rv uint64, lbls map[string]string, node string,
 	}
 }
 
+func key(p *indexing.Pod) string { return p.Namespace + "/" + p.Name }
+
+func podRV(p *indexing.Pod) uint64 {
+	rv, _ := strconv.ParseUint(p.ResourceVersion, 10, 64)
+	return rv
+}
+
 type modelEvent struct {
 	typ       watch.EventType
 	prev, cur *indexing.Pod // cur is the final state for deletions
 	rv        uint64
 }
 
-// model is the brute-force reference: every state and every event.
+// model is the brute-force reference: upstream's history, every state by
+// resourceVersion, and what resourceVersion the cache has been told about.
 type model struct {
-	rng    *rand.Rand
-	rv     uint64
-	state  map[string]*indexing.Pod
-	states map[uint64]map[string]*indexing.Pod
-	events []modelEvent
-	uid    int
+	rng     *rand.Rand
+	rv      uint64 // upstream's current resourceVersion
+	cacheRV uint64 // the cache's: behind rv after a quiet progress
+	state   map[string]*indexing.Pod
+	states  map[uint64]map[string]*indexing.Pod
+	events  []modelEvent
+	uid     int
+	// tombs are deletions fed as tombstones: they carry the cache's current
+	// resourceVersion, which a bookmark may already have announced.
+	tombs map[string]bool
 }
 
 func (m *model) snapshot() {
@@ -89,21 +121,26 @@ func (m *model) snapshot() {
 	m.states[m.rv] = cp
 }
 
-func key(p *indexing.Pod) string { return p.Namespace + "/" + p.Name }
+func (m *model) pick(options ...string) string { return options[m.rng.Intn(len(options))] }
 
 func (m *model) randomPod(ns, name, uid string) *indexing.Pod {
-	apps := []string{"a", "b", "c", "d"}
-	lbls := map[string]string{"app": apps[m.rng.Intn(len(apps))]}
+	lbls := map[string]string{"app": m.pick("a", "b", "c", "d")}
 	if m.rng.Intn(2) == 0 {
-		lbls["tier"] = []string{"x", "y"}[m.rng.Intn(2)]
+		lbls["tier"] = m.pick("x", "y")
 	}
 	m.rv++
-	return mkPod(ns, name, uid, m.rv, lbls, []string{"n1", "n2", ""}[m.rng.Intn(3)], []corev1.PodPhase{corev1.PodRunning, corev1.PodPending}[m.rng.Intn(2)])
+	p := mkPod(ns, name, uid, m.rv, lbls, m.pick("n1", "n2", ""), corev1.PodPhase(m.pick(string(corev1.PodRunning), string(corev1.PodPending))))
+	for _, o := range []string{"o1", "o2", "o3"} {
+		if m.rng.Intn(3) == 0 {
+			p.OwnerReferences = append(p.OwnerReferences, metav1.OwnerReference{UID: types.UID(o), Name: o})
+		}
+	}
+	return p
 }
 
-// mutate makes one random change and returns it.
+// mutate makes one random change upstream and returns it.
 func (m *model) mutate() modelEvent {
-	ns := []string{"ns1", "ns2", "ns3"}[m.rng.Intn(3)]
+	ns := m.pick("ns1", "ns2", "ns3")
 	name := fmt.Sprintf("p%d", m.rng.Intn(12))
 	k := ns + "/" + name
 	prev, exists := m.state[k]
@@ -127,53 +164,73 @@ func (m *model) mutate() modelEvent {
 }
 
 type query struct {
-	ns     string
-	label  labels.Selector
-	field  fields.Selector
-	shard  sharding.Selector
-	pred   *predicate
-	descr  string
-	cache  *Cache
-	hasher func(*indexing.Pod) uint64
+	ns    string
+	label labels.Selector
+	field fields.Selector
+	shard sharding.Selector
+	descr string
 }
 
-func (m *model) randomQuery(c *Cache) query {
+func (m *model) randomQuery() query {
 	q := query{label: labels.Everything(), field: fields.Everything()}
 	var parts []string
 	if m.rng.Intn(3) == 0 {
-		q.ns = []string{"ns1", "ns2", "ns3"}[m.rng.Intn(3)]
+		q.ns = m.pick("ns1", "ns2", "ns3")
 		parts = append(parts, "ns="+q.ns)
 	}
-	labelSels := []string{"", "app=a", "app in (a,b)", "app!=c", "tier", "!tier", "app=b,tier=x", "tier in (y)"}
-	if s := labelSels[m.rng.Intn(len(labelSels))]; s != "" {
-		q.label, _ = labels.Parse(s)
+	if s := m.pick("", "", "app=a", "app==b", "app in (a,b)", "app in (a,b,c,d,e,f,g,h,i)", "app notin (a)", "app!=c",
+		"tier", "!tier", "app=b,tier=x", "tier in (y)", "app=a,tier!=x"); s != "" {
+		var err error
+		if q.label, err = labels.Parse(s); err != nil {
+			panic(err)
+		}
 		parts = append(parts, "labels="+s)
 	}
-	fieldSels := []string{"", "spec.nodeName=n1", "spec.nodeName!=n2", "status.phase=Running", "metadata.name=p3", "metadata.namespace=ns2", "spec.nodeName="}
-	if s := fieldSels[m.rng.Intn(len(fieldSels))]; s != "" {
-		q.field, _ = fields.ParseSelector(s)
+	if s := m.pick("", "", "spec.nodeName=n1", "spec.nodeName!=n2", "status.phase=Running", "metadata.name=p3",
+		"metadata.namespace=ns2", "metadata.namespace!=ns1", "spec.nodeName=", "metadata.ownerReferences.uid=o1",
+		"metadata.ownerReferences.uid!=o2", "spec.nodeName=n1,status.phase!=Pending"); s != "" {
+		var err error
+		if q.field, err = fields.ParseSelector(s); err != nil {
+			panic(err)
+		}
 		parts = append(parts, "fields="+s)
 	}
 	if m.rng.Intn(3) == 0 {
-		n := []uint64{2, 4}[m.rng.Intn(2)]
-		i := uint64(m.rng.Intn(int(n)))
+		shardKey := m.pick("object.metadata.uid", "object.metadata.uid", "object.metadata.namespace")
+		n := []uint64{2, 4, 8}[m.rng.Intn(3)]
 		step := ^uint64(0)/n + 1
-		end := fmt.Sprintf("0x%016x", (i+1)*step)
-		if i == n-1 {
-			end = "0x10000000000000000"
+		rng := func(i uint64) sharding.ShardRangeRequirement {
+			end := fmt.Sprintf("0x%016x", (i+1)*step)
+			if i == n-1 {
+				end = "0x10000000000000000"
+			}
+			return sharding.ShardRangeRequirement{Key: shardKey, Start: fmt.Sprintf("0x%016x", i*step), End: end}
 		}
-		q.shard = sharding.NewSelector(sharding.ShardRangeRequirement{Key: "object.metadata.uid", Start: fmt.Sprintf("0x%016x", i*step), End: end})
+		reqs := []sharding.ShardRangeRequirement{rng(uint64(m.rng.Intn(int(n))))}
+		if m.rng.Intn(3) == 0 {
+			reqs = append(reqs, rng(uint64(m.rng.Intn(int(n)))))
+		}
+		q.shard = sharding.NewSelector(reqs...)
 		parts = append(parts, "shard="+q.shard.String())
-	}
-	var err error
-	if q.pred, err = c.compile(q.ns, q.label, q.field, q.shard); err != nil {
-		panic(err)
 	}
 	q.descr = fmt.Sprint(parts)
 	return q
 }
 
-// matches is the brute-force filter, independent of the cache's predicate.
+func podFieldValues(p *indexing.Pod) map[string][]string {
+	out := map[string][]string{
+		"metadata.name": {p.Name}, "metadata.namespace": {p.Namespace},
+		"spec.nodeName": {p.Spec.NodeName}, "status.phase": {string(p.Status.Phase)},
+	}
+	for _, o := range p.OwnerReferences {
+		out["metadata.ownerReferences.uid"] = append(out["metadata.ownerReferences.uid"], string(o.UID))
+	}
+	return out
+}
+
+// matches is the brute-force filter, independent of the cache's predicate
+// and indexes: upstream's label and shard matching, and field requirements
+// where any of a field's values may satisfy `=` and none may for `!=`.
 func (q query) matches(p *indexing.Pod) bool {
 	if q.ns != "" && p.Namespace != q.ns {
 		return false
@@ -181,11 +238,15 @@ func (q query) matches(p *indexing.Pod) bool {
 	if !q.label.Matches(labels.Set(p.Labels)) {
 		return false
 	}
-	if !q.field.Matches(fields.Set{
-		"metadata.name": p.Name, "metadata.namespace": p.Namespace,
-		"spec.nodeName": p.Spec.NodeName, "status.phase": string(p.Status.Phase),
-	}) {
-		return false
+	vals := podFieldValues(p)
+	for _, r := range q.field.Requirements() {
+		found := false
+		for _, v := range vals[r.Field] {
+			found = found || v == r.Value
+		}
+		if found == (r.Operator == selection.NotEquals) {
+			return false
+		}
 	}
 	if q.shard != nil {
 		ok, err := q.shard.Matches(p)
@@ -211,22 +272,6 @@ func (q query) expectList(state map[string]*indexing.Pod) []string {
 	return out
 }
 
-type recordedWatch struct {
-	q        query
-	w        watch.Interface
-	expected []string
-	got      chan string
-}
-
-func describe(ev watch.Event) string {
-	m := ev.Object.(interface {
-		GetNamespace() string
-		GetName() string
-		GetResourceVersion() string
-	})
-	return fmt.Sprintf("%s %s/%s@%s", ev.Type, m.GetNamespace(), m.GetName(), m.GetResourceVersion())
-}
-
 // expectEvent converts a store event for a watcher, as kube-apiserver does.
 func (q query) expectEvent(ev modelEvent) (string, bool) {
 	oldIn := ev.prev != nil && q.matches(ev.prev)
@@ -242,21 +287,76 @@ func (q query) expectEvent(ev modelEvent) (string, bool) {
 	return "", false
 }
 
-// TestModel runs random add/update/delete/relist streams, random index changes,
-// lists and watches against the cache, and compares every list and every
+func describe(ev watch.Event) string {
+	m := ev.Object.(metav1.Object)
+	if ev.Type == watch.Bookmark {
+		if m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+			return "BOOKMARK-END @" + m.GetResourceVersion()
+		}
+		return "BOOKMARK @" + m.GetResourceVersion()
+	}
+	return fmt.Sprintf("%s %s/%s@%s", ev.Type, m.GetNamespace(), m.GetName(), m.GetResourceVersion())
+}
+
+func describedRV(s string) uint64 {
+	rv, _ := strconv.ParseUint(s[strings.LastIndex(s, "@")+1:], 10, 64)
+	return rv
+}
+
+type recordedWatch struct {
+	q        query
+	w        watch.Interface
+	descr    string
+	initial  int      // leading state events, in key order rather than RV order
+	expected []string // without periodic bookmarks
+	liveFrom int      // m.events from this index on are expected live
+	got      chan string
+}
+
+type openList struct {
+	q     query
+	opts  ListOptions
+	rv    uint64
+	want  []string
+	got   []string
+	pages int
+	first string // the first page's resourceVersion options, for failures
+}
+
+// TestModel runs random add/update/delete/tombstone/relist/progress streams,
+// random index changes, lists (all resourceVersion modes, limit and continue
+// chains interleaved with writes), gets and watches (all start modes,
+// bookmarks) against the cache, and compares every answer and every
 // watcher's stream with a brute-force filter over the full history.
 func TestModel(t *testing.T) {
-	for seed := 1; seed <= *modelSeeds; seed++ {
-		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) { runModel(t, int64(seed), *modelOps) })
+	first, seeds, ops := *modelFirstSeed, envInt("INDEXCACHE_SEEDS", *modelSeeds), envInt("INDEXCACHE_OPS", *modelOps)
+	for seed := first; seed < first+seeds; seed++ {
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) { runModel(t, int64(seed), ops) })
 	}
 }
 
+var debugHook = func(string) {}
+
 func runModel(t *testing.T, seed int64, ops int) {
 	ctx := context.Background()
-	c := newTestCache(t)
-	in := c.Ingest()
-	m := &model{rng: rand.New(rand.NewSource(seed)), rv: 100, state: map[string]*indexing.Pod{}, states: map[uint64]map[string]*indexing.Pod{}}
-	// Initial list.
+	m := &model{rng: rand.New(rand.NewSource(seed)), rv: 100, state: map[string]*indexing.Pod{}, states: map[uint64]map[string]*indexing.Pod{}, tombs: map[string]bool{}}
+	cfg := testConfig()
+	var in IngestStore
+	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return m.rv, nil }
+	cfg.RequestProgress = func() { // upstream proves it has nothing newer
+		in.UpdateResourceVersion(strconv.FormatUint(m.rv, 10))
+		m.cacheRV = m.rv
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	in = c.Ingest()
+
+	if _, err := c.List(ctx, ListOptions{}); !errors.IsTooManyRequests(err) {
+		t.Fatalf("list before sync: %v, want 429", err)
+	}
 	for i := 0; i < 10; i++ {
 		m.mutate()
 	}
@@ -267,231 +367,407 @@ func runModel(t *testing.T, seed int64, ops int) {
 	if err := in.Replace(initial, strconv.FormatUint(m.rv, 10)); err != nil {
 		t.Fatal(err)
 	}
+	m.cacheRV = m.rv
 	m.snapshot()
-	windowStart := m.rv
 
 	var watches []*recordedWatch
+	var open []*openList
 	for op := 0; op < ops; op++ {
-		switch r := m.rng.Intn(100); {
-		case r < 55:
-			ev := m.mutate()
-			var err error
-			switch ev.typ {
-			case watch.Added:
-				err = in.Add(ev.cur)
-			case watch.Modified:
-				err = in.Update(ev.cur)
-			case watch.Deleted:
-				err = in.Delete(ev.cur)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.events = append(m.events, ev)
-			m.snapshot()
-		case r < 60:
-			// Relist after missed events: changes with their own RVs in order,
-			// then deletions at the list's RV, sorted by key.
-			before := map[string]*indexing.Pod{}
-			for k, v := range m.state {
-				before[k] = v
-			}
-			for i := m.rng.Intn(5); i >= 0; i-- {
-				m.mutate()
-			}
+		r := m.rng.Intn(100)
+		debugHook(fmt.Sprintf("op %d r=%d rv=%d cacheRV=%d events=%d", op, r, m.rv, m.cacheRV, len(m.events)))
+		switch {
+		case r < 50:
+			m.mutateCache(t, in, len(open) == 0)
+		case r < 54:
+			m.relist(t, in)
+		case r < 57: // upstream moves on quietly; the cache learns on demand
 			m.rv++
-			listRV := m.rv
-			var list []interface{}
-			var changes, gone []modelEvent
-			for k, p := range m.state {
-				list = append(list, p)
-				if old, ok := before[k]; !ok {
-					changes = append(changes, modelEvent{typ: watch.Added, cur: p})
-				} else if old.ResourceVersion != p.ResourceVersion {
-					changes = append(changes, modelEvent{typ: watch.Modified, prev: old, cur: p})
-				}
-			}
-			for k, old := range before {
-				if _, ok := m.state[k]; !ok {
-					g := old.DeepCopy()
-					g.ResourceVersion = strconv.FormatUint(listRV, 10)
-					gone = append(gone, modelEvent{typ: watch.Deleted, prev: old, cur: g, rv: listRV})
-				}
-			}
-			for i := range changes {
-				changes[i].rv, _ = strconv.ParseUint(changes[i].cur.ResourceVersion, 10, 64)
-			}
-			sort.Slice(changes, func(i, j int) bool { return changes[i].rv < changes[j].rv })
-			sort.Slice(gone, func(i, j int) bool { return key(gone[i].prev) < key(gone[j].prev) })
-			if err := in.Replace(list, strconv.FormatUint(listRV, 10)); err != nil {
-				t.Fatal(err)
-			}
-			// Reconstruct intermediate states for Exact reads.
-			cur := before
-			for _, ev := range append(changes, gone...) {
-				next := map[string]*indexing.Pod{}
-				for k, v := range cur {
-					next[k] = v
-				}
-				if ev.typ == watch.Deleted {
-					delete(next, key(ev.prev))
-				} else {
-					next[key(ev.cur)] = ev.cur
-				}
-				m.states[ev.rv] = next
-				cur = next
-				m.events = append(m.events, ev)
-			}
 			m.snapshot()
-		case r < 65:
+		case r < 60: // upstream bookmark
+			m.rv++
+			m.snapshot()
+			in.UpdateResourceVersion(strconv.FormatUint(m.rv, 10))
+			m.cacheRV = m.rv
+		case r < 64:
 			var lk, fp []string
 			for _, k := range []string{"app", "tier"} {
 				if m.rng.Intn(2) == 0 {
 					lk = append(lk, k)
 				}
 			}
-			if m.rng.Intn(2) == 0 {
-				fp = append(fp, "status.phase")
+			for _, f := range []string{"status.phase", "metadata.ownerReferences.uid"} {
+				if m.rng.Intn(2) == 0 {
+					fp = append(fp, f)
+				}
 			}
 			if err := c.SetIndexes(lk, fp); err != nil {
 				t.Fatal(err)
 			}
-		case r < 82:
-			q := m.randomQuery(c)
-			checkList(ctx, t, c, m, q, windowStart)
+		case r < 67:
+			c.sendBookmarks()
+		case r < 80:
+			if l := checkList(ctx, t, c, m, m.randomQuery()); l != nil {
+				open = append(open, l)
+			}
+		case r < 84:
+			if len(open) > 0 {
+				i := m.rng.Intn(len(open))
+				if continueList(ctx, t, c, open[i]) {
+					open = append(open[:i], open[i+1:]...)
+				}
+			}
+		case r < 86:
+			checkGet(ctx, t, c, m)
 		default:
-			q := m.randomQuery(c)
-			rw := &recordedWatch{q: q, got: make(chan string, 100000)}
-			opts := WatchOptions{Namespace: q.ns, Label: q.label, Field: q.field, Shard: q.shard}
-			var from uint64
-			if len(m.events) > 0 && m.rng.Intn(2) == 0 {
-				// Resume from a recent event within the window.
-				recent := m.events[len(m.events)-1-m.rng.Intn(min(len(m.events), 50)):]
-				from = recent[0].rv
-				opts.ResourceVersion = strconv.FormatUint(from, 10)
-				for _, ev := range m.events {
-					if ev.rv <= from {
-						continue
-					}
-					if s, ok := q.expectEvent(ev); ok {
-						rw.expected = append(rw.expected, s)
-					}
-				}
-			} else {
-				opts.ResourceVersion = "0"
-				for _, s := range q.expectList(m.state) {
-					rw.expected = append(rw.expected, "ADDED "+s)
-				}
+			if rw := startWatch(ctx, t, c, m); rw != nil {
+				watches = append(watches, rw)
 			}
-			w, err := c.Watch(ctx, opts)
-			if err != nil {
-				t.Fatalf("watch %s from %q: %v", q.descr, opts.ResourceVersion, err)
-			}
-			rw.w = w
-			go func() {
-				for ev := range w.ResultChan() {
-					rw.got <- describe(ev)
-				}
-				close(rw.got)
-			}()
-			watches = append(watches, rw)
-			// Later events are expected live.
-			rw.expected = append(rw.expected, fmt.Sprintf("#from %d", m.rv))
 		}
 	}
-	// Build the live part of each watcher's expectation.
-	for _, rw := range watches {
-		last := rw.expected[len(rw.expected)-1]
-		rw.expected = rw.expected[:len(rw.expected)-1]
-		var from uint64
-		fmt.Sscanf(last, "#from %d", &from)
-		for _, ev := range m.events {
-			if ev.rv <= from {
-				continue
-			}
+	for _, l := range open {
+		for !continueList(ctx, t, c, l) {
+		}
+	}
+	for i, rw := range watches {
+		for _, ev := range m.events[rw.liveFrom:] {
 			if s, ok := rw.q.expectEvent(ev); ok {
 				rw.expected = append(rw.expected, s)
 			}
 		}
-	}
-	for i, rw := range watches {
-		var got []string
-		timeout := time.After(10 * time.Second)
-	collect:
-		for len(got) < len(rw.expected) {
-			select {
-			case s, ok := <-rw.got:
-				if !ok {
-					break collect
-				}
-				got = append(got, s)
-			case <-timeout:
-				break collect
+		got := collect(rw)
+		checkBookmarks(t, i, rw, got, m.rv, m.tombs)
+		var events []string
+		for _, s := range got {
+			if !strings.HasPrefix(s, "BOOKMARK @") {
+				events = append(events, s)
 			}
 		}
-		rw.w.Stop()
-		for s := range rw.got {
-			got = append(got, s)
-		}
-		if fmt.Sprint(got) != fmt.Sprint(rw.expected) {
-			t.Fatalf("watcher %d %s:\n got  %v\n want %v", i, rw.q.descr, got, rw.expected)
+		if fmt.Sprint(events) != fmt.Sprint(rw.expected) {
+			t.Fatalf("watcher %d %s %s:\n got  %v\n want %v", i, rw.descr, rw.q.descr, events, rw.expected)
 		}
 	}
 }
 
-func checkList(ctx context.Context, t *testing.T, c *Cache, m *model, q query, windowStart uint64) {
+// mutateCache makes one upstream change and feeds it to the cache as the
+// reflector would; now and then a deletion arrives as a tombstone.
+func (m *model) mutateCache(t *testing.T, in IngestStore, tombstoneOK bool) {
 	t.Helper()
-	opts := ListOptions{Namespace: q.ns, Label: q.label, Field: q.field, Shard: q.shard}
-	state, rv := m.state, m.rv
-	switch m.rng.Intn(3) {
-	case 0:
-		opts.ResourceVersion = "0"
-	case 1:
-		// Exact read of a past state still in the window.
-		var rvs []uint64
-		for r := range m.states {
-			rvs = append(rvs, r)
+	// A tombstone changes the state at the current resourceVersion: not
+	// while a paginated list at it is open.
+	if m.rng.Intn(20) == 0 && tombstoneOK && m.rv == m.cacheRV && len(m.state) > 0 {
+		keys := make([]string, 0, len(m.state))
+		for k := range m.state {
+			keys = append(keys, k)
 		}
-		sort.Slice(rvs, func(i, j int) bool { return rvs[i] > rvs[j] })
-		pick := rvs[m.rng.Intn(min(len(rvs), 20))]
-		opts.ResourceVersion, opts.ResourceVersionMatch = strconv.FormatUint(pick, 10), metav1.ResourceVersionMatchExact
-		state, rv = m.states[pick], pick
+		sort.Strings(keys)
+		k := keys[m.rng.Intn(len(keys))]
+		prev := m.state[k]
+		// The cache deletes at its own resourceVersion: nothing newer is known.
+		gone := prev.DeepCopy()
+		gone.ResourceVersion = strconv.FormatUint(m.rv, 10)
+		delete(m.state, k)
+		if err := in.Delete(cache.DeletedFinalStateUnknown{Key: k, Obj: prev}); err != nil {
+			t.Fatal(err)
+		}
+		m.events = append(m.events, modelEvent{typ: watch.Deleted, prev: prev, cur: gone, rv: m.rv})
+		m.tombs[fmt.Sprintf("DELETED %s@%d", k, m.rv)] = true
+		m.snapshot()
+		return
+	}
+	ev := m.mutate()
+	var err error
+	switch ev.typ {
+	case watch.Added:
+		err = in.Add(ev.cur)
+	case watch.Modified:
+		err = in.Update(ev.cur)
+	case watch.Deleted:
+		err = in.Delete(ev.cur)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.cacheRV = m.rv
+	m.events = append(m.events, ev)
+	m.snapshot()
+}
+
+// relist: the cache missed some events and the reflector lists again. The
+// expected events: changes with their own RVs in order, then deletions at
+// the list's RV in key order.
+func (m *model) relist(t *testing.T, in IngestStore) {
+	t.Helper()
+	before := map[string]*indexing.Pod{}
+	for k, v := range m.state {
+		before[k] = v
+	}
+	for i := m.rng.Intn(5); i >= 0; i-- {
+		m.mutate()
+	}
+	m.rv++
+	listRV := m.rv
+	var list []interface{}
+	var changes, gone []modelEvent
+	for k, p := range m.state {
+		list = append(list, p)
+		if old, ok := before[k]; !ok {
+			changes = append(changes, modelEvent{typ: watch.Added, cur: p, rv: podRV(p)})
+		} else if old.ResourceVersion != p.ResourceVersion {
+			changes = append(changes, modelEvent{typ: watch.Modified, prev: old, cur: p, rv: podRV(p)})
+		}
+	}
+	for k, old := range before {
+		if _, ok := m.state[k]; !ok {
+			g := old.DeepCopy()
+			g.ResourceVersion = strconv.FormatUint(listRV, 10)
+			gone = append(gone, modelEvent{typ: watch.Deleted, prev: old, cur: g, rv: listRV})
+		}
+	}
+	sort.Slice(changes, func(i, j int) bool { return changes[i].rv < changes[j].rv })
+	sort.Slice(gone, func(i, j int) bool { return key(gone[i].prev) < key(gone[j].prev) })
+	m.rng.Shuffle(len(list), func(i, j int) { list[i], list[j] = list[j], list[i] })
+	if err := in.Replace(list, strconv.FormatUint(listRV, 10)); err != nil {
+		t.Fatal(err)
+	}
+	m.cacheRV = listRV
+	// The states the cache went through, for Exact reads.
+	cur := before
+	for _, ev := range append(changes, gone...) {
+		next := map[string]*indexing.Pod{}
+		for k, v := range cur {
+			next[k] = v
+		}
+		if ev.typ == watch.Deleted {
+			delete(next, key(ev.prev))
+		} else {
+			next[key(ev.cur)] = ev.cur
+		}
+		m.states[ev.rv] = next
+		cur = next
+		m.events = append(m.events, ev)
+	}
+	m.snapshot()
+}
+
+// recentRV picks a resourceVersion with a known state, mostly recent ones.
+func (m *model) recentRV() uint64 {
+	var rvs []uint64
+	for r := range m.states {
+		rvs = append(rvs, r)
+	}
+	sort.Slice(rvs, func(i, j int) bool { return rvs[i] > rvs[j] })
+	return rvs[m.rng.Intn(min(len(rvs), 30))]
+}
+
+func checkList(ctx context.Context, t *testing.T, c *Cache, m *model, q query) *openList {
+	t.Helper()
+	l := &openList{q: q, opts: ListOptions{Namespace: q.ns, Label: q.label, Field: q.field, Shard: q.shard}}
+	exact := false
+	switch m.rng.Intn(4) {
+	case 0:
+		l.opts.ResourceVersion = "0"
+	case 1:
+		l.opts.ResourceVersion = ""
+	case 2:
+		exact = true
+		l.opts.ResourceVersion, l.opts.ResourceVersionMatch = strconv.FormatUint(m.recentRV(), 10), metav1.ResourceVersionMatchExact
 	default:
-		opts.ResourceVersion = strconv.FormatUint(m.rv, 10)
+		l.opts.ResourceVersion = strconv.FormatUint(m.recentRV(), 10)
 	}
 	if m.rng.Intn(2) == 0 {
-		opts.Limit = int64(1 + m.rng.Intn(4))
+		l.opts.Limit = int64(1 + m.rng.Intn(4))
 	}
-	var got, keys []string
-	for page := 0; ; page++ {
-		res, err := c.List(ctx, opts)
-		if err != nil {
-			if opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact && rv < c.window.startRV {
-				return // legitimately expired
+	oldest := c.window.startRV
+	l.first = fmt.Sprintf("rv=%s match=%s limit=%d", l.opts.ResourceVersion, l.opts.ResourceVersionMatch, l.opts.Limit)
+	res, err := c.List(ctx, l.opts)
+	if err != nil {
+		if rv, _ := strconv.ParseUint(l.opts.ResourceVersion, 10, 64); exact && rv < oldest && errors.IsResourceExpired(err) {
+			return nil // legitimately expired
+		}
+		t.Fatalf("list %s %+v: %v", q.descr, l.opts, err)
+	}
+	// After the call: a consistent or too-new read made the cache catch up.
+	l.rv = m.cacheRV
+	if exact {
+		l.rv, _ = strconv.ParseUint(l.opts.ResourceVersion, 10, 64)
+	}
+	l.want = q.expectList(m.states[l.rv])
+	if m.states[l.rv] == nil {
+		t.Fatalf("no model state at %d", l.rv)
+	}
+	if done := l.take(t, res); done {
+		return nil
+	}
+	return l
+}
+
+// take checks one page; it reports whether the list is complete.
+func (l *openList) take(t *testing.T, res *ListResult) bool {
+	t.Helper()
+	l.pages++
+	if res.ResourceVersion != l.rv {
+		t.Fatalf("list %s page %d: rv %d, want %d", l.q.descr, l.pages, res.ResourceVersion, l.rv)
+	}
+	for _, o := range res.Items {
+		p := o.(*indexing.Pod)
+		l.got = append(l.got, key(p)+"@"+p.ResourceVersion)
+	}
+	if res.Continue != "" && int64(len(res.Items)) != l.opts.Limit {
+		t.Fatalf("list %s: a page of %d with limit %d has a continue token", l.q.descr, len(res.Items), l.opts.Limit)
+	}
+	if res.RemainingItemCount != nil {
+		if rest := int64(len(l.want) - len(l.got)); *res.RemainingItemCount != rest {
+			t.Fatalf("list %s: remainingItemCount %d, want %d", l.q.descr, *res.RemainingItemCount, rest)
+		}
+	}
+	if res.Continue != "" {
+		l.opts.Continue, l.opts.ResourceVersion, l.opts.ResourceVersionMatch = res.Continue, "", ""
+		return false
+	}
+	if fmt.Sprint(l.got) != fmt.Sprint(l.want) {
+		t.Fatalf("list %s %q at %d in %d pages:\n got  %v\n want %v", l.q.descr, l.first, l.rv, l.pages, l.got, l.want)
+	}
+	return true
+}
+
+func continueList(ctx context.Context, t *testing.T, c *Cache, l *openList) bool {
+	t.Helper()
+	res, err := c.List(ctx, l.opts)
+	if err != nil {
+		t.Fatalf("continue list %s: %v", l.q.descr, err)
+	}
+	return l.take(t, res)
+}
+
+func checkGet(ctx context.Context, t *testing.T, c *Cache, m *model) {
+	t.Helper()
+	k := fmt.Sprintf("%s/p%d", m.pick("ns1", "ns2", "ns3"), m.rng.Intn(12))
+	ns, name, _ := strings.Cut(k, "/")
+	obj, err := c.Get(ctx, ns, name, m.pick("", "0"))
+	want, exists := m.state[k]
+	switch {
+	case !exists && errors.IsNotFound(err):
+	case exists && err == nil && obj.(*indexing.Pod).ResourceVersion == want.ResourceVersion:
+	default:
+		t.Fatalf("get %s: %v %v, want %v", k, obj, err, want)
+	}
+}
+
+func startWatch(ctx context.Context, t *testing.T, c *Cache, m *model) *recordedWatch {
+	t.Helper()
+	q := m.randomQuery()
+	rw := &recordedWatch{q: q, got: make(chan string, 100000)}
+	opts := WatchOptions{Namespace: q.ns, Label: q.label, Field: q.field, Shard: q.shard, AllowWatchBookmarks: m.rng.Intn(2) == 0}
+	yes, no := true, false
+	mode := m.rng.Intn(5)
+	var from uint64
+	switch mode {
+	case 0: // resume after a recent resourceVersion (sometimes a too old one)
+		from = m.recentRV()
+		if m.rng.Intn(10) == 0 {
+			from = 100 + uint64(m.rng.Intn(int(m.rv-99)))
+		}
+		opts.ResourceVersion = strconv.FormatUint(from, 10)
+	case 1: // legacy: the state, then changes
+		opts.ResourceVersion = m.pick("", "0")
+	case 2: // WatchList
+		opts.SendInitialEvents, opts.AllowWatchBookmarks = &yes, true
+		opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+		opts.ResourceVersion = m.pick("", "0", strconv.FormatUint(m.recentRV(), 10))
+	default: // changes only, from now or from N
+		opts.SendInitialEvents = &no
+		if m.rng.Intn(2) == 0 {
+			from = m.recentRV()
+			opts.ResourceVersion = strconv.FormatUint(from, 10)
+		}
+	}
+	rw.descr = fmt.Sprintf("rv=%q sendInitialEvents=%v bookmarks=%v", opts.ResourceVersion, opts.SendInitialEvents != nil && *opts.SendInitialEvents, opts.AllowWatchBookmarks)
+	oldest := c.window.startRV
+	w, err := c.Watch(ctx, opts)
+	if err != nil {
+		if from > 0 && from < oldest && errors.IsResourceExpired(err) {
+			return nil
+		}
+		t.Fatalf("watch %s %s: %v", q.descr, rw.descr, err)
+	}
+	rw.w = w
+	switch {
+	case mode == 1 || mode == 2:
+		for _, s := range q.expectList(m.state) {
+			rw.expected = append(rw.expected, "ADDED "+s)
+		}
+		rw.initial = len(rw.expected)
+		if mode == 2 {
+			rw.expected = append(rw.expected, fmt.Sprintf("BOOKMARK-END @%d", m.cacheRV))
+		}
+	case from > 0:
+		for _, ev := range m.events {
+			if ev.rv <= from {
+				continue
 			}
-			t.Fatalf("list %s %+v: %v", q.descr, opts, err)
+			if s, ok := q.expectEvent(ev); ok {
+				rw.expected = append(rw.expected, s)
+			}
 		}
-		if res.ResourceVersion != rv {
-			t.Fatalf("list %s: rv %d, want %d", q.descr, res.ResourceVersion, rv)
-		}
-		for _, o := range res.Items {
-			p := o.(*indexing.Pod)
-			got = append(got, key(p)+"@"+p.ResourceVersion)
-			keys = append(keys, key(p))
-		}
-		if res.Continue == "" {
-			break
-		}
-		if opts.Limit > 0 && int64(len(res.Items)) != opts.Limit {
-			t.Fatalf("short page %d of %d with a continue token", len(res.Items), opts.Limit)
-		}
-		opts.Continue, opts.ResourceVersion, opts.ResourceVersionMatch = res.Continue, "", ""
 	}
-	want := q.expectList(state)
-	if !sort.StringsAreSorted(keys) {
-		t.Fatalf("list %s not in key order: %v", q.descr, got)
+	rw.liveFrom = len(m.events)
+	go func() {
+		for ev := range w.ResultChan() {
+			rw.got <- describe(ev)
+		}
+		close(rw.got)
+	}()
+	return rw
+}
+
+// collect waits for the expected events (bookmarks come on top), then
+// stops the watch and takes whatever else arrived.
+func collect(rw *recordedWatch) []string {
+	var got []string
+	events := 0
+	timeout := time.After(10 * time.Second)
+	for events < len(rw.expected) {
+		select {
+		case s, ok := <-rw.got:
+			if !ok {
+				return got
+			}
+			got = append(got, s)
+			if !strings.HasPrefix(s, "BOOKMARK @") {
+				events++
+			}
+		case <-timeout:
+			rw.w.Stop()
+			for s := range rw.got {
+				got = append(got, s)
+			}
+			return got
+		}
 	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("list %s at %d:\n got  %v\n want %v", q.descr, rv, got, want)
+	rw.w.Stop()
+	for s := range rw.got {
+		got = append(got, s)
+	}
+	return got
+}
+
+// checkBookmarks: after the initial state, resourceVersions never go back; a
+// bookmark at N promises that everything up to N was sent.
+func checkBookmarks(t *testing.T, i int, rw *recordedWatch, got []string, maxRV uint64, tombs map[string]bool) {
+	t.Helper()
+	last, bookmarked := uint64(0), false
+	for j, s := range got {
+		if j < rw.initial {
+			continue
+		}
+		rv := describedRV(s)
+		isBookmark := strings.HasPrefix(s, "BOOKMARK")
+		if isBookmark && !strings.Contains(s, "END") && !strings.Contains(rw.descr, "bookmarks=true") {
+			t.Fatalf("watcher %d %s got %s without asking for bookmarks", i, rw.descr, s)
+		}
+		if rv < last || (bookmarked && !isBookmark && rv == last && !tombs[s]) || rv > maxRV {
+			t.Fatalf("watcher %d %s: %s after resourceVersion %d in %v", i, rw.descr, s, last, got)
+		}
+		last, bookmarked = rv, isBookmark
 	}
 }

@@ -121,3 +121,9 @@ func (c *Cache) expireSnapshots() {
 		}
 	}
 }
+
+func (c *Cache) dropSnapshot(rv uint64) {
+	c.snapMu.Lock()
+	defer c.snapMu.Unlock()
+	delete(c.snapshots, rv)
+}
