@@ -3,8 +3,11 @@ package indexcache
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,14 +17,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
+	runtime2 "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/sharding"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/testutil"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
-func eventRV(obj runtime.Object) uint64 {
+func eventRV(obj runtime2.Object) uint64 {
 	rv, _ := strconv.ParseUint(obj.(metav1.Object).GetResourceVersion(), 10, 64)
 	return rv
 }
@@ -45,10 +53,21 @@ func recv(t *testing.T, w watch.Interface) watch.Event {
 			t.Fatal("watch closed")
 		}
 		return ev
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("no event")
 	}
 	return watch.Event{}
+}
+
+// waitForTimer lets a goroutine reach the point where it waits on the fake clock.
+func waitForTimer(t *testing.T, clk *testingclock.FakeClock) {
+	t.Helper()
+	for i := 0; !clk.HasWaiters(); i++ {
+		if i > 10000 {
+			t.Fatal("nothing waits on the clock")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func TestSlowWatcherIsClosedOthersContinue(t *testing.T) {
@@ -61,6 +80,7 @@ func TestSlowWatcherIsClosedOthersContinue(t *testing.T) {
 	}
 	defer c.Stop()
 	synced(t, c)
+	closedBefore, _ := testutil.GetCounterMetricValue(metrics.SlowWatchersClosed.WithLabelValues(c.resource))
 	slow, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"})
 	if err != nil {
 		t.Fatal(err)
@@ -70,9 +90,13 @@ func TestSlowWatcherIsClosedOthersContinue(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got atomic.Int32
+	fastDone := make(chan struct{})
 	go func() {
+		defer close(fastDone)
 		for range fast.ResultChan() {
-			got.Add(1)
+			if got.Add(1) == 20 {
+				return
+			}
 		}
 	}()
 	for i := 0; i < 20; i++ {
@@ -80,7 +104,7 @@ func TestSlowWatcherIsClosedOthersContinue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The slow watcher's stream ends: a few buffered events, then closed.
+	// The slow watcher's stream ends: what it had buffered, then closed.
 	n := 0
 	for range slow.ResultChan() {
 		n++
@@ -88,14 +112,14 @@ func TestSlowWatcherIsClosedOthersContinue(t *testing.T) {
 	if n >= 20 {
 		t.Fatalf("slow watcher got all %d events; expected it to be closed", n)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for got.Load() < 20 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	<-fastDone
 	if got.Load() != 20 {
 		t.Fatalf("fast watcher got %d of 20 events", got.Load())
 	}
 	fast.Stop()
+	if after, _ := testutil.GetCounterMetricValue(metrics.SlowWatchersClosed.WithLabelValues(c.resource)); after != closedBefore+1 {
+		t.Errorf("slow_watchers_closed_total went from %v to %v, want +1", closedBefore, after)
+	}
 }
 
 func TestRelistWithoutLoss(t *testing.T) {
@@ -139,7 +163,7 @@ func TestRelistWithoutLoss(t *testing.T) {
 // countingEncoder counts how often an object is really encoded.
 type countingEncoder struct{ n atomic.Int32 }
 
-func (e *countingEncoder) encode(obj runtime.Object, w io.Writer) error {
+func (e *countingEncoder) encode(obj runtime2.Object, w io.Writer) error {
 	e.n.Add(1)
 	_, err := w.Write([]byte(obj.(*indexing.Pod).Name))
 	return err
@@ -157,13 +181,16 @@ func TestEncodeOnce(t *testing.T) {
 		defer w.Stop()
 		ws = append(ws, w)
 	}
-	if err := c.Ingest().Add(mkPod("ns", "p", "u", 11, nil, "", "")); err != nil {
+	p := mkPod("ns", "p", "u", 11, map[string]string{"app": "x"}, "", "")
+	if err := c.Ingest().Add(p); err != nil {
 		t.Fatal(err)
 	}
 	enc := &countingEncoder{}
+	var objs []runtime2.Object
 	for _, w := range ws {
 		ev := recv(t, w)
-		co, ok := ev.Object.(runtime.CacheableObject)
+		objs = append(objs, ev.Object)
+		co, ok := ev.Object.(runtime2.CacheableObject)
 		if !ok {
 			t.Fatalf("event object %T is not cacheable", ev.Object)
 		}
@@ -171,41 +198,111 @@ func TestEncodeOnce(t *testing.T) {
 		if err := co.CacheEncode("json", enc.encode, &buf); err != nil || buf.String() != "p" {
 			t.Fatalf("encoded %q, %v", buf.String(), err)
 		}
+		if m, ok := ev.Object.(metav1.Object); !ok || m.GetName() != "p" || m.GetLabels()["app"] != "x" {
+			t.Fatalf("event object's metadata: %v", ev.Object)
+		}
 	}
 	if n := enc.n.Load(); n != 1 {
 		t.Fatalf("encoded %d times for 3 watchers, want 1", n)
 	}
+	if objs[0] != objs[1] || objs[1] != objs[2] {
+		t.Fatal("watchers of one event got different wrappers")
+	}
+	// Encoders stamp the kind through the wrapper: the cached object stays as it was.
+	gvk := schema.GroupVersionKind{Group: "indexing.k8s.io", Version: "v1alpha1", Kind: "Pod"}
+	objs[0].GetObjectKind().SetGroupVersionKind(gvk)
+	objs[0].(metav1.Object).SetResourceVersion("99")
+	if got := objs[0].GetObjectKind().GroupVersionKind(); got != gvk {
+		t.Fatalf("wrapper kind %v", got)
+	}
+	if !p.GetObjectKind().GroupVersionKind().Empty() || p.ResourceVersion != "11" {
+		t.Fatalf("cached object modified through the wrapper: %v %s", p.GetObjectKind().GroupVersionKind(), p.ResourceVersion)
+	}
 }
 
+// TestIndexSwapUnderConcurrentUse: indexes come and go while a writer
+// ingests, readers list and watchers stream; lists stay correct and every
+// watcher gets exactly its events (-race checks the rest).
 func TestIndexSwapUnderConcurrentUse(t *testing.T) {
 	c := newTestCache(t)
 	synced(t, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	const writes, apps = 3000, 7
+	type rec struct {
+		w   watch.Interface
+		mu  sync.Mutex
+		got []string
+	}
+	var watchers []*rec
+	for a := 0; a < apps; a++ {
+		w, err := c.Watch(ctx, WatchOptions{ResourceVersion: "10", Label: labels.SelectorFromSet(labels.Set{"app": strconv.Itoa(a)})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		watchers = append(watchers, &rec{w: w})
+	}
 	var wg sync.WaitGroup
-	wg.Add(3)
+	for _, r := range watchers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ev := range r.w.ResultChan() {
+				r.mu.Lock()
+				r.got = append(r.got, describe(ev))
+				r.mu.Unlock()
+			}
+		}()
+	}
+	// What each app's watcher must see: pod i%50 moves between apps.
+	want := make([][]string, apps)
+	appOf := map[int]int{}
+	for i := 0; i < writes; i++ {
+		pod, app := i%50, (i*31)%apps
+		name := fmt.Sprintf("ns/p%d@%d", pod, 11+i)
+		prev, existed := appOf[pod]
+		switch {
+		case !existed:
+			want[app] = append(want[app], "ADDED "+name)
+		case prev == app:
+			want[app] = append(want[app], "MODIFIED "+name)
+		default:
+			want[prev] = append(want[prev], "DELETED "+name)
+			want[app] = append(want[app], "ADDED "+name)
+		}
+		appOf[pod] = app
+	}
+	var bg sync.WaitGroup
+	bg.Add(3)
 	go func() { // writer
-		defer wg.Done()
-		for i := 0; ctx.Err() == nil && i < 2000; i++ {
-			_ = c.Ingest().Update(mkPod("ns", "p"+strconv.Itoa(i%50), "u"+strconv.Itoa(i%50), uint64(11+i), map[string]string{"app": strconv.Itoa(i % 7)}, "", ""))
+		defer bg.Done()
+		for i := 0; i < writes; i++ {
+			pod, app := i%50, (i*31)%apps
+			if err := c.Ingest().Update(mkPod("ns", "p"+strconv.Itoa(pod), "u"+strconv.Itoa(pod), uint64(11+i), map[string]string{"app": strconv.Itoa(app)}, "", "")); err != nil {
+				t.Error(err)
+				return
+			}
 		}
 	}()
 	go func() { // index changes
-		defer wg.Done()
-		for i := 0; ctx.Err() == nil && i < 200; i++ {
-			var lk []string
+		defer bg.Done()
+		for i := 0; i < 300; i++ {
+			var lk, fp []string
 			if i%2 == 0 {
 				lk = []string{"app"}
 			}
-			if err := c.SetIndexes(lk, nil); err != nil {
+			if i%3 == 0 {
+				fp = []string{"status.phase"}
+			}
+			if err := c.SetIndexes(lk, fp); err != nil {
 				t.Error(err)
 			}
 		}
 	}()
 	go func() { // readers
-		defer wg.Done()
+		defer bg.Done()
 		sel := labels.SelectorFromSet(labels.Set{"app": "3"})
-		for i := 0; ctx.Err() == nil && i < 500; i++ {
+		for i := 0; i < 500; i++ {
 			res, err := c.List(ctx, ListOptions{ResourceVersion: "0", Label: sel})
 			if err != nil {
 				t.Error(err)
@@ -218,45 +315,154 @@ func TestIndexSwapUnderConcurrentUse(t *testing.T) {
 			}
 		}
 	}()
+	bg.Wait()
+	// Stop once every watcher has what it should (or a generous deadline
+	// passed: then the comparison below fails).
+	count := func(r *rec) int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.got)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for a, r := range watchers {
+		for count(r) < len(want[a]) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	cancel()
 	wg.Wait()
+	for a, r := range watchers {
+		if fmt.Sprint(r.got) != fmt.Sprint(want[a]) {
+			t.Errorf("watcher of app %d:\n got  %d events %v\n want %d events %v", a, len(r.got), r.got, len(want[a]), want[a])
+		}
+	}
 }
 
 func TestErrors(t *testing.T) {
-	c := newTestCache(t)
-	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""))
+	cfg := testConfig()
+	clk := testingclock.NewFakeClock(time.Now())
+	cfg.Clock = clk
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
 	ctx := context.Background()
-	for i := 0; i < 300; i++ { // push RV 10 out of the 200-event window
-		if err := c.Ingest().Update(mkPod("ns", "a", "ua", uint64(11+i), nil, "", "")); err != nil {
+	if _, err := c.List(ctx, ListOptions{}); !errors.IsTooManyRequests(err) {
+		t.Errorf("list before sync: %v, want 429", err)
+	}
+	if _, err := c.Watch(ctx, WatchOptions{}); !errors.IsTooManyRequests(err) {
+		t.Errorf("watch before sync: %v, want 429", err)
+	}
+	var pods []*indexing.Pod
+	for i := 0; i < 5; i++ {
+		pods = append(pods, mkPod("ns", fmt.Sprintf("p%d", i), fmt.Sprintf("u%d", i), uint64(1+i), nil, "", ""))
+	}
+	synced(t, c, pods...)
+	// A paginated list at 10 is open while 300 updates push 10 out of the
+	// 200-event window.
+	page, err := c.List(ctx, ListOptions{ResourceVersion: "0", Limit: 2})
+	if err != nil || page.Continue == "" {
+		t.Fatalf("first page: %v %v", page, err)
+	}
+	for i := 0; i < 300; i++ {
+		if err := c.Ingest().Update(mkPod("ns", "p0", "u0", uint64(11+i), nil, "", "")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Watch(ctx, WatchOptions{ResourceVersion: "10"}); !errors.IsResourceExpired(err) && !errors.IsGone(err) {
-		t.Errorf("watch from a dropped rv: %v, want 410", err)
+	_, err = c.Watch(ctx, WatchOptions{ResourceVersion: "10"})
+	if !errors.IsResourceExpired(err) || !strings.Contains(err.Error(), "too old resource version: 10 (") {
+		t.Errorf("watch from a dropped rv: %v, want 410 too old resource version", err)
 	}
-	if _, err := c.List(ctx, ListOptions{ResourceVersion: "10", ResourceVersionMatch: metav1.ResourceVersionMatchExact}); !errors.IsResourceExpired(err) && !errors.IsGone(err) {
+	// The snapshot still serves the next page until it expires.
+	if _, err := c.List(ctx, ListOptions{Continue: page.Continue}); err != nil {
+		t.Errorf("continue within retention: %v", err)
+	}
+	clk.Step(cfg.SnapshotRetention + DefaultSnapshotRetention + time.Second)
+	c.expireSnapshots()
+	if _, err := c.List(ctx, ListOptions{ResourceVersion: "10", ResourceVersionMatch: metav1.ResourceVersionMatchExact}); !errors.IsResourceExpired(err) {
 		t.Errorf("exact list of a dropped rv: %v, want 410", err)
 	}
-	if _, err := c.List(ctx, ListOptions{Continue: "garbage"}); !errors.IsBadRequest(err) {
-		t.Errorf("bad continue: %v, want 400", err)
+	_, err = c.List(ctx, ListOptions{Continue: page.Continue})
+	se, ok := err.(*errors.StatusError)
+	if !ok || !errors.IsResourceExpired(err) || !strings.HasPrefix(se.ErrStatus.Message, "The provided continue parameter is too old to display a consistent list result.") {
+		t.Fatalf("continue after expiry: %v, want 410 with upstream's message", err)
 	}
-	if _, err := c.List(ctx, ListOptions{ResourceVersion: "x"}); !errors.IsBadRequest(err) {
+	// Like etcd3, the 410 carries a token that continues at the latest state.
+	rest, err := c.List(ctx, ListOptions{Continue: se.ErrStatus.ListMeta.Continue, Limit: 10})
+	if err != nil || len(rest.Items) != 3 || rest.Items[0].(*indexing.Pod).Name != "p2" || rest.ResourceVersion != 310 {
+		t.Fatalf("continue at latest: %v %v", rest, err)
+	}
+
+	for _, tok := range []string{"garbage", "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MCwic3RhcnQiOiJ4In0"} {
+		if _, err := c.List(ctx, ListOptions{Continue: tok}); !errors.IsBadRequest(err) {
+			t.Errorf("bad continue %q: %v, want 400", tok, err)
+		}
+	}
+	if _, err := c.List(ctx, ListOptions{ResourceVersion: "x"}); !errors.IsBadRequest(err) || !strings.Contains(err.Error(), "invalid resource version") {
 		t.Errorf("bad rv: %v, want 400", err)
 	}
-	if _, err := c.List(ctx, ListOptions{ResourceVersion: "999999"}); !errors.IsTimeout(err) {
-		t.Errorf("future rv: %v, want 504 Timeout", err)
+	if _, err := c.Watch(ctx, WatchOptions{ResourceVersion: "-1"}); !errors.IsBadRequest(err) {
+		t.Errorf("bad watch rv: %v, want 400", err)
 	}
 	f, _ := fields.ParseSelector("spec.nope=x")
-	if _, err := c.List(ctx, ListOptions{Field: f}); !errors.IsBadRequest(err) {
+	if _, err := c.List(ctx, ListOptions{Field: f}); !errors.IsBadRequest(err) || !strings.Contains(err.Error(), "field label not supported: spec.nope") {
 		t.Errorf("unknown field: %v, want 400", err)
 	}
 	if _, err := c.Get(ctx, "ns", "missing", "0"); !errors.IsNotFound(err) {
 		t.Errorf("get missing: %v, want 404", err)
 	}
+	// Not fresh in time: 504 Too large resource version, as kube-apiserver's cacher.
+	done := make(chan error)
+	go func() {
+		_, err := c.List(ctx, ListOptions{ResourceVersion: "999999"})
+		done <- err
+	}()
+	waitForTimer(t, clk)
+	clk.Step(cfg.FreshnessTimeout)
+	err = <-done
+	se, ok = err.(*errors.StatusError)
+	if !ok || !errors.IsTimeout(err) || se.ErrStatus.Message != "Timeout: Too large resource version: 999999, current: 310" ||
+		len(se.ErrStatus.Details.Causes) != 1 || se.ErrStatus.Details.Causes[0].Type != metav1.CauseTypeResourceVersionTooLarge {
+		t.Errorf("future rv: %#v, want 504 Too large resource version", err)
+	}
+}
+
+func TestConsistentReadAsksForProgress(t *testing.T) {
+	cfg := testConfig()
+	var c *Cache
+	asked := 0
+	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 50, nil }
+	cfg.RequestProgress = func() { asked++; c.Ingest().UpdateResourceVersion("50") }
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""))
+	res, err := c.List(context.Background(), ListOptions{})
+	if err != nil || res.ResourceVersion != 50 || len(res.Items) != 1 || asked != 1 {
+		t.Fatalf("consistent list: %v %v, asked %d", res, err, asked)
+	}
+	if res, err = c.List(context.Background(), ListOptions{}); err != nil || asked != 1 {
+		t.Fatalf("fresh consistent list: %v %v, asked %d", res, err, asked)
+	}
 }
 
 func TestBookmarksReachShardedAndPlainWatchers(t *testing.T) {
-	c := newTestCache(t)
+	cfg := testConfig()
+	clk := testingclock.NewFakeClock(time.Now())
+	cfg.Clock = clk
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	synced(t, c)
+	stop := make(chan struct{})
+	defer close(stop)
+	go c.Run(stop)
+	// A shard that no object falls in, and a label nobody has: only
+	// bookmarks can reach them.
 	shard := sharding.NewSelector(sharding.ShardRangeRequirement{Key: "object.metadata.uid", Start: "0x0000000000000000", End: "0x0000000000000001"})
 	sharded, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10", Shard: shard, AllowWatchBookmarks: true})
 	if err != nil {
@@ -268,13 +474,30 @@ func TestBookmarksReachShardedAndPlainWatchers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Stop()
+	noBookmarks, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noBookmarks.Stop()
+	if err := c.Ingest().Add(mkPod("ns", "p", "u", 41, nil, "", "")); err != nil {
+		t.Fatal(err)
+	}
 	c.Ingest().UpdateResourceVersion("42")
-	c.sendBookmarks()
+	waitForTimer(t, clk)
+	clk.Step(cfg.BookmarkInterval)
 	for _, w := range []watch.Interface{sharded, plain} {
 		ev := recv(t, w)
 		if ev.Type != watch.Bookmark || eventRV(ev.Object) != 42 {
 			t.Fatalf("got %s at %d, want a bookmark at 42", ev.Type, eventRV(ev.Object))
 		}
+	}
+	if ev := recv(t, noBookmarks); ev.Type != watch.Added {
+		t.Fatalf("got %s, want only the ADDED event", ev.Type)
+	}
+	select {
+	case ev := <-noBookmarks.ResultChan():
+		t.Fatalf("watcher without bookmarks got %v", ev)
+	default:
 	}
 }
 
@@ -294,5 +517,119 @@ func TestSendInitialEventsEndsWithBookmark(t *testing.T) {
 	m, _ := ev.Object.(metav1.Object)
 	if ev.Type != watch.Bookmark || m.GetAnnotations()[metav1.InitialEventsAnnotationKey] != "true" || m.GetResourceVersion() != "10" {
 		t.Fatalf("got %s %v, want the initial-events-end bookmark at 10", ev.Type, m)
+	}
+	if err := c.Ingest().Add(mkPod("ns", "c", "uc", 11, nil, "", "")); err != nil {
+		t.Fatal(err)
+	}
+	if got := describe(recv(t, w)); got != "ADDED ns/c@11" {
+		t.Fatalf("then %s", got)
+	}
+}
+
+// TestWatchEndsWithContext: a cancelled request unregisters its watcher and
+// leaves no goroutine behind.
+func TestWatchEndsWithContext(t *testing.T) {
+	c := newTestCache(t)
+	synced(t, c)
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	var ws []watch.Interface
+	for i := 0; i < 50; i++ {
+		w, err := c.Watch(ctx, WatchOptions{ResourceVersion: "0", Label: labels.SelectorFromSet(labels.Set{"app": strconv.Itoa(i)})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	cancel()
+	for _, w := range ws {
+		for range w.ResultChan() {
+		}
+	}
+	c.mu.RLock()
+	left := len(c.router.all)
+	c.mu.RUnlock()
+	if left != 0 {
+		t.Fatalf("%d watchers still registered", left)
+	}
+	for i := 0; runtime.NumGoroutine() > before; i++ {
+		if i > 5000 {
+			t.Fatalf("%d goroutines, %d before the watches", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestStaleAndTombstoneIngest(t *testing.T) {
+	c := newTestCache(t)
+	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""), mkPod("ns", "b", "ub", 6, nil, "", ""))
+	w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	in := c.Ingest()
+	if err := in.Update(mkPod("ns", "a", "ua", 12, nil, "n1", "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Update(mkPod("ns", "a", "ua", 11, nil, "n2", "")); err != nil { // stale: ignored
+		t.Fatal(err)
+	}
+	if err := in.Delete(cache.DeletedFinalStateUnknown{Key: "ns/b"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"MODIFIED ns/a@12", "DELETED ns/b@12"} {
+		if got := describe(recv(t, w)); got != want {
+			t.Fatalf("got %s, want %s", got, want)
+		}
+	}
+	if obj, err := c.Get(context.Background(), "ns", "a", "0"); err != nil || obj.(*indexing.Pod).Spec.NodeName != "n1" {
+		t.Fatalf("get a: %v %v", obj, err)
+	}
+}
+
+// TestMetrics checks the series the dashboards use.
+func TestMetrics(t *testing.T) {
+	c := newTestCache(t)
+	synced(t, c, mkPod("ns", "a", "ua", 5, map[string]string{"app": "x"}, "", ""))
+	if err := c.SetIndexes([]string{"app"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	listed := func(index string) float64 {
+		v, _ := testutil.GetCounterMetricValue(metrics.ListRequests.WithLabelValues(c.resource, index))
+		return v
+	}
+	before := listed("label:app")
+	if _, err := c.List(context.Background(), ListOptions{ResourceVersion: "0", Label: labels.SelectorFromSet(labels.Set{"app": "x"})}); err != nil {
+		t.Fatal(err)
+	}
+	if after := listed("label:app"); after != before+1 {
+		t.Errorf("list_requests_total{index=label:app}: %v -> %v", before, after)
+	}
+	w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "0", Label: labels.SelectorFromSet(labels.Set{"app": "x"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := sharding.NewSelector(sharding.ShardRangeRequirement{Key: "object.metadata.uid", Start: "0x0000000000000000", End: "0x8000000000000000"})
+	sw, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "0", Shard: shard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := testutil.GetGaugeMetricValue(metrics.Watchers.WithLabelValues(c.resource, "label:app")); v != 1 {
+		t.Errorf("watchers{index=label:app} = %v", v)
+	}
+	if v, _ := testutil.GetGaugeMetricValue(metrics.Watchers.WithLabelValues(c.resource, "shard")); v != 1 {
+		t.Errorf("watchers{index=shard} = %v", v)
+	}
+	if v, _ := testutil.GetGaugeMetricValue(metrics.WatchShards.WithLabelValues(c.resource)); v != 1 {
+		t.Errorf("watch_shards_total = %v", v)
+	}
+	if v, _ := testutil.GetGaugeMetricValue(metrics.IndexValues.WithLabelValues(c.resource, "label:app")); v != 1 {
+		t.Errorf("index_values{index=label:app} = %v", v)
+	}
+	w.Stop()
+	sw.Stop()
+	if v, _ := testutil.GetGaugeMetricValue(metrics.WatchShards.WithLabelValues(c.resource)); v != 0 {
+		t.Errorf("watch_shards_total after stop = %v", v)
 	}
 }

@@ -4,20 +4,33 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/sharding"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/klog/v2"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 )
 
-// benchCache returns a synced cache of n pods over apps apps (label "app"),
-// with the app label indexed when indexed is set.
-func benchCache(b *testing.B, n, apps int, indexed bool) *Cache {
+// Benchmarks of the costs DESIGN.md §9 cares about. Baselines run in the
+// same benchmark with the same cache, switched to kube-apiserver's way
+// (broadcast every event to every watcher and filter; hash shards per
+// watcher). Run: go test -run xxx -bench . ./pkg/indexcache/
+
+func quietLogs(b *testing.B) {
+	klog.SetLogger(klog.Background().V(10)) // drop Info logs from cache syncs
+	_ = b
+}
+
+// benchCache returns a synced cache of n pods over apps apps (label "app");
+// baseline switches routing off.
+func benchCache(b *testing.B, n, apps int, baseline bool) *Cache {
 	b.Helper()
+	quietLogs(b)
 	cfg := testConfig()
 	cfg.EventWindow = 10000
 	cfg.WatchBuffer = 1000
@@ -25,25 +38,38 @@ func benchCache(b *testing.B, n, apps int, indexed bool) *Cache {
 	if err != nil {
 		b.Fatal(err)
 	}
+	c.broadcast, c.hexShards = baseline, baseline
 	b.Cleanup(c.Stop)
 	list := make([]interface{}, 0, n)
 	for i := 0; i < n; i++ {
-		list = append(list, benchPod(i, apps, 1))
+		list = append(list, benchPod(i, apps))
 	}
 	if err := c.Ingest().Replace(list, "1"); err != nil {
 		b.Fatal(err)
 	}
-	if indexed {
-		if err := c.SetIndexes([]string{"app"}, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
 	return c
 }
 
-func benchPod(i, apps int, rv uint64) *indexing.Pod {
-	return mkPod(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i), fmt.Sprintf("uid-%d", i), rv,
+func benchPod(i, apps int) *indexing.Pod {
+	p := mkPod(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i), fmt.Sprintf("uid-%08d-%d", i*7919, i), 1,
 		map[string]string{"app": fmt.Sprintf("app-%d", i%apps), "role": "executor"}, fmt.Sprintf("node-%d", i%100), corev1.PodRunning)
+	p.Spec.SchedulerName = "default-scheduler"
+	return p
+}
+
+// updates returns pod i's next version at rv, sharing everything else.
+func updated(templates []*indexing.Pod, i int, rv uint64) *indexing.Pod {
+	p := *templates[i%len(templates)]
+	p.ResourceVersion = strconv.FormatUint(rv, 10)
+	return &p
+}
+
+func templates(n, apps int) []*indexing.Pod {
+	out := make([]*indexing.Pod, n)
+	for i := range out {
+		out[i] = benchPod(i, apps)
+	}
+	return out
 }
 
 // drain consumes a watcher's events so dispatch never blocks.
@@ -54,15 +80,18 @@ func drain(w watch.Interface) {
 	}()
 }
 
-// BenchmarkDispatch measures the cost of ingesting one pod update with W
-// watchers, each watching its own app label: routed through the label index,
-// and broadcast to every watcher and filtered (kube-apiserver's way for labels).
+// BenchmarkDispatch: ingest one pod update with W watchers, each watching
+// its own app label (so each event concerns exactly one). "routed" has the
+// app label indexed; "broadcast" offers every event to every watcher.
 func BenchmarkDispatch(b *testing.B) {
 	for _, w := range []int{100, 1000, 10000} {
 		for _, mode := range []string{"routed", "broadcast"} {
 			b.Run(fmt.Sprintf("watchers=%d/%s", w, mode), func(b *testing.B) {
 				const pods = 20000
-				c := benchCache(b, pods, w, mode == "routed")
+				c := benchCache(b, pods, w, mode == "broadcast")
+				if err := c.SetIndexes([]string{"app"}, nil); err != nil {
+					b.Fatal(err)
+				}
 				for i := 0; i < w; i++ {
 					wi, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "1",
 						Label: labels.SelectorFromSet(labels.Set{"app": fmt.Sprintf("app-%d", i)})})
@@ -71,11 +100,11 @@ func BenchmarkDispatch(b *testing.B) {
 					}
 					drain(wi)
 				}
-				in := c.Ingest()
+				tpl, in := templates(pods, w), c.Ingest()
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					if err := in.Update(benchPod(i%pods, w, uint64(2+i))); err != nil {
+					if err := in.Update(updated(tpl, i, uint64(2+i))); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -84,61 +113,53 @@ func BenchmarkDispatch(b *testing.B) {
 	}
 }
 
-// BenchmarkShardDispatch: 64 watchers partitioning the uid hash space. Routed
-// uses the interval index; per-watcher filtering asks every watcher's
-// selector to hash and compare, as upstream does.
-func BenchmarkShardDispatch(b *testing.B) {
-	const shards = 64
-	sels := make([]sharding.Selector, shards)
-	step := ^uint64(0)/shards + 1
+// shardSelectors partitions the uid hash space into n ranges.
+func shardSelectors(n int) []sharding.Selector {
+	sels := make([]sharding.Selector, n)
+	step := ^uint64(0)/uint64(n) + 1
 	for i := range sels {
 		end := fmt.Sprintf("0x%016x", uint64(i+1)*step)
-		if i == shards-1 {
+		if i == n-1 {
 			end = "0x10000000000000000"
 		}
 		sels[i] = sharding.NewSelector(sharding.ShardRangeRequirement{Key: "object.metadata.uid", Start: fmt.Sprintf("0x%016x", uint64(i)*step), End: end})
 	}
-	b.Run("routed", func(b *testing.B) {
-		c := benchCache(b, 20000, 100, false)
-		for _, s := range sels {
-			w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "1", Shard: s})
-			if err != nil {
-				b.Fatal(err)
-			}
-			drain(w)
-		}
-		in := c.Ingest()
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			if err := in.Update(benchPod(i%20000, 100, uint64(2+i))); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("per-watcher-hash-filter", func(b *testing.B) {
-		c := benchCache(b, 20000, 100, false)
-		// The same cache with one unrouted watcher per shard, whose selector
-		// is evaluated the upstream way on every event.
-		in := c.Ingest()
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			p := benchPod(i%20000, 100, uint64(2+i))
-			if err := in.Update(p); err != nil {
-				b.Fatal(err)
-			}
-			for _, s := range sels {
-				if _, err := s.Matches(p); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-	})
+	return sels
 }
 
-// BenchmarkList lists 20 pods of one app out of 100k, through the label
-// index and by scanning everything.
+// BenchmarkShardDispatch: S watchers partitioning the uid hash space.
+// "routed" finds the one owner of each event in the interval index from the
+// hash computed at ingest; "per-watcher-hash" offers the event to all and
+// each evaluates sharding.Selector.Matches (hash and hex compare), as
+// kube-apiserver does.
+func BenchmarkShardDispatch(b *testing.B) {
+	for _, shards := range []int{64, 1024} {
+		for _, mode := range []string{"routed", "per-watcher-hash"} {
+			b.Run(fmt.Sprintf("shards=%d/%s", shards, mode), func(b *testing.B) {
+				const pods = 20000
+				c := benchCache(b, pods, 100, mode != "routed")
+				for _, s := range shardSelectors(shards) {
+					w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "1", Shard: s})
+					if err != nil {
+						b.Fatal(err)
+					}
+					drain(w)
+				}
+				tpl, in := templates(pods, 100), c.Ingest()
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if err := in.Update(updated(tpl, i, uint64(2+i))); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkList lists the 20 pods of one app out of 100k, resourceVersion
+// "0": through the label index, and by scanning everything.
 func BenchmarkList(b *testing.B) {
 	for _, indexed := range []bool{true, false} {
 		name := "full-scan"
@@ -146,7 +167,12 @@ func BenchmarkList(b *testing.B) {
 			name = "label-index"
 		}
 		b.Run(name, func(b *testing.B) {
-			c := benchCache(b, 100000, 5000, indexed)
+			c := benchCache(b, 100000, 5000, false)
+			if indexed {
+				if err := c.SetIndexes([]string{"app"}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
 			sel := labels.SelectorFromSet(labels.Set{"app": "app-42"})
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -160,41 +186,50 @@ func BenchmarkList(b *testing.B) {
 	}
 }
 
-// BenchmarkIngest: updates per second with five indexes and 10k label watchers.
+// BenchmarkIngest: pod updates per second with five indexes (2 labels, 3
+// fields, besides metadata.name and spec.nodeName) and 10k label watchers.
 func BenchmarkIngest(b *testing.B) {
-	c := benchCache(b, 50000, 2500, true)
+	const pods, apps = 50000, 2500
+	c := benchCache(b, pods, apps, false)
 	if err := c.SetIndexes([]string{"app", "role"}, []string{"status.phase", "metadata.ownerReferences.uid", "spec.schedulerName"}); err != nil {
 		b.Fatal(err)
 	}
 	for i := 0; i < 10000; i++ {
 		w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "1",
-			Label: labels.SelectorFromSet(labels.Set{"app": fmt.Sprintf("app-%d", i%2500)})})
+			Label: labels.SelectorFromSet(labels.Set{"app": fmt.Sprintf("app-%d", i%apps)})})
 		if err != nil {
 			b.Fatal(err)
 		}
 		drain(w)
 	}
-	in := c.Ingest()
+	tpl, in := templates(pods, apps), c.Ingest()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := in.Update(benchPod(i%50000, 2500, uint64(2+i))); err != nil {
+		if err := in.Update(updated(tpl, i, uint64(2+i))); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
 
-// BenchmarkMemory reports heap bytes per cached pod and per label index entry.
+// BenchmarkMemory reports the heap the cache adds per pod (store entry,
+// precomputed fields, namespace/name/nodeName indexes; the pod objects
+// themselves excluded) and per entry of one more label index. Run with
+// -benchtime=1x: each iteration loads 100k pods.
 func BenchmarkMemory(b *testing.B) {
+	quietLogs(b)
 	for i := 0; i < b.N; i++ {
 		const n = 100000
 		pods := make([]interface{}, n)
 		for j := range pods {
-			pods[j] = benchPod(j, 5000, 1)
+			pods[j] = benchPod(j, 5000)
 		}
 		before := heap()
-		c, _ := New(testConfig())
+		c, err := New(testConfig())
+		if err != nil {
+			b.Fatal(err)
+		}
 		if err := c.Ingest().Replace(pods, "1"); err != nil {
 			b.Fatal(err)
 		}
@@ -211,6 +246,7 @@ func BenchmarkMemory(b *testing.B) {
 }
 
 func heap() uint64 {
+	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)

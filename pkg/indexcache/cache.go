@@ -58,9 +58,11 @@ type Cache struct {
 	stopOnce sync.Once
 	stopCh   chan struct{}
 
-	// broadcast registers every watcher as unindexed: the baseline the
-	// benchmarks compare routing with. Tests only.
-	broadcast bool
+	// broadcast registers every watcher as unindexed and hexShards matches
+	// shard selectors by formatting and comparing hex hashes per watcher:
+	// together, kube-apiserver's way, the baseline benchmarks compare with.
+	// Tests only.
+	broadcast, hexShards bool
 }
 
 func lessEntry(a, b *entry) bool { return a.key < b.key }

@@ -67,6 +67,7 @@ type predicate struct {
 	shards     []shardRange
 	shardByNS  bool
 	shardSel   sharding.Selector
+	hexShards  bool // benchmark baseline: match shards as upstream does
 	exact      []exactReq
 	// ns is the namespace the selection is confined to (path or
 	// metadata.namespace=); hasNS tells whether there is one.
@@ -120,6 +121,7 @@ func (c *Cache) compile(namespace string, label labels.Selector, field fields.Se
 			p.shards = append(p.shards, r)
 		}
 	}
+	p.hexShards = c.hexShards
 	p.ns, p.hasNS = p.namespace, p.namespace != ""
 	for _, r := range p.fieldReqs {
 		if r.id == -1 && !r.not && !p.hasNS {
@@ -203,6 +205,10 @@ func (p *predicate) matches(e *entry) bool {
 }
 
 func (p *predicate) inShard(e *entry) bool {
+	if p.hexShards {
+		ok, err := p.shardSel.Matches(e.obj)
+		return ok && err == nil
+	}
 	h := e.uidHash
 	if p.shardByNS {
 		h = e.nsHash
