@@ -33,7 +33,7 @@ func benchCache(b *testing.B, n, apps int, baseline bool) *Cache {
 	quietLogs(b)
 	cfg := testConfig()
 	cfg.EventWindow = 10000
-	cfg.WatchBuffer = 1000
+	cfg.WatchBuffer = DefaultWatchBuffer
 	c, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -46,7 +46,7 @@ func newCachingObject(obj runtime.Object) *cachingObject {
 		// Every cached object has metadata: entries are built from accessors.
 		panic(err)
 	}
-	return &cachingObject{obj: obj, meta: m, encoded: map[runtime.Identifier]*encoding{}}
+	return &cachingObject{obj: obj, meta: m}
 }
 
 // CacheEncode encodes the object once per encoder identifier. The encoder
@@ -55,6 +55,9 @@ func (o *cachingObject) CacheEncode(id runtime.Identifier, encode func(runtime.O
 	o.mu.Lock()
 	enc := o.encoded[id]
 	if enc == nil {
+		if o.encoded == nil {
+			o.encoded = map[runtime.Identifier]*encoding{}
+		}
 		enc = &encoding{}
 		o.encoded[id] = enc
 	}
@@ -122,7 +125,7 @@ func (o *cachingObject) set(noop func() bool, apply func()) {
 		o.meta, _ = meta.Accessor(o.obj)
 		o.private = true
 	}
-	o.encoded = map[runtime.Identifier]*encoding{}
+	o.encoded = nil
 	apply()
 }
 

@@ -78,40 +78,74 @@ func (s *indexSet) lookup(r exactReq) (valueIndex, string, bool) {
 	return nil, "", false
 }
 
-// update moves an entry between buckets; old or new may be nil.
+// update moves an entry between buckets; old or new may be nil. Most
+// updates keep a value: then the bucket's pointer is just replaced.
 func (s *indexSet) update(old, new *entry) {
 	for key, ix := range s.labels {
+		var ov, nv string
+		var oldHas, newHas bool
 		if old != nil {
-			if v, ok := old.labels[key]; ok {
-				ix.values.remove(v, old)
-			}
+			ov, oldHas = old.labels[key]
 		}
 		if new != nil {
-			if v, ok := new.labels[key]; ok {
-				ix.values.add(v, new)
-			}
+			nv, newHas = new.labels[key]
+		}
+		if oldHas && newHas && ov == nv {
+			ix.values[nv][new.key] = new
+			continue
+		}
+		if oldHas {
+			ix.values.remove(ov, old)
+		}
+		if newHas {
+			ix.values.add(nv, new)
 		}
 	}
 	for id, ix := range s.fields {
+		var ovs, nvs []string
 		if old != nil {
-			for _, v := range old.fields[id] {
-				ix.values.remove(v, old)
+			ovs = old.fields[id]
+		}
+		if new != nil {
+			nvs = new.fields[id]
+		}
+		if old != nil && new != nil && sameValues(ovs, nvs) {
+			for _, v := range nvs {
+				ix.values[v][new.key] = new
+			}
+			continue
+		}
+		for _, v := range ovs {
+			ix.values.remove(v, old)
+		}
+		for _, v := range nvs {
+			ix.values.add(v, new)
+		}
+	}
+	switch {
+	case old != nil && new != nil && old.namespace == new.namespace:
+	default:
+		if old != nil {
+			if s.namespaces[old.namespace]--; s.namespaces[old.namespace] <= 0 {
+				delete(s.namespaces, old.namespace)
 			}
 		}
 		if new != nil {
-			for _, v := range new.fields[id] {
-				ix.values.add(v, new)
-			}
+			s.namespaces[new.namespace]++
 		}
 	}
-	if old != nil {
-		if s.namespaces[old.namespace]--; s.namespaces[old.namespace] <= 0 {
-			delete(s.namespaces, old.namespace)
+}
+
+func sameValues(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
 		}
 	}
-	if new != nil {
-		s.namespaces[new.namespace]++
-	}
+	return true
 }
 
 // candidates returns, sorted by key, the entries that satisfy every exact

@@ -20,10 +20,16 @@ const (
 // route is where a watcher is registered: exactly one routing index (with
 // one or a few values), or the unindexed list.
 type route struct {
+	name   string // metric label: namespace, label:<key>, field:<path>, shard, unindexed
 	kind   routeKind
 	key    string // label key or field path
 	id     int    // field ordinal
 	values []string
+}
+
+func (r route) withName() route {
+	r.name = r.indexName()
+	return r
 }
 
 func (r route) indexName() string {
@@ -52,6 +58,8 @@ type router struct {
 	nsShards   *shardIndex
 	unindexed  watcherSet
 	all        watcherSet
+	perIndex   map[string]int // watchers by route name, for metrics
+	sharded    int            // watchers with a shard selector
 }
 
 func newRouter() *router {
@@ -63,6 +71,7 @@ func newRouter() *router {
 		nsShards:   newShardIndex(),
 		unindexed:  watcherSet{},
 		all:        watcherSet{},
+		perIndex:   map[string]int{},
 	}
 }
 
@@ -71,7 +80,7 @@ func newRouter() *router {
 // selects the fewest objects today; else unindexed.
 func (c *Cache) chooseRoute(p *predicate) route {
 	if c.broadcast {
-		return route{kind: routeUnindexed}
+		return route{kind: routeUnindexed}.withName()
 	}
 	best, bestCost := route{kind: routeUnindexed}, math.Inf(1)
 	for _, r := range p.exact {
@@ -97,7 +106,7 @@ func (c *Cache) chooseRoute(p *predicate) route {
 			best = route{kind: routeShard}
 		}
 	}
-	return best
+	return best.withName()
 }
 
 func addTo(m map[string]watcherSet, v string, w *watcher) {
@@ -116,6 +125,10 @@ func removeFrom(m map[string]watcherSet, v string, w *watcher) {
 
 func (r *router) add(w *watcher) {
 	r.all[w] = struct{}{}
+	r.perIndex[w.route.name]++
+	if len(w.pred.shards) > 0 {
+		r.sharded++
+	}
 	switch w.route.kind {
 	case routeNamespace:
 		addTo(r.namespaces, w.route.values[0], w)
@@ -145,6 +158,12 @@ func (r *router) remove(w *watcher) {
 		return
 	}
 	delete(r.all, w)
+	if r.perIndex[w.route.name]--; r.perIndex[w.route.name] <= 0 {
+		delete(r.perIndex, w.route.name)
+	}
+	if len(w.pred.shards) > 0 {
+		r.sharded--
+	}
 	switch w.route.kind {
 	case routeNamespace:
 		removeFrom(r.namespaces, w.route.values[0], w)
@@ -230,22 +249,3 @@ func (r *router) list() []*watcher {
 	return out
 }
 
-// counts reports watchers per routing index.
-func (r *router) counts() map[string]int {
-	out := map[string]int{}
-	for w := range r.all {
-		out[w.route.indexName()]++
-	}
-	return out
-}
-
-// sharded counts watchers with a shard selector, wherever they are routed.
-func (r *router) sharded() int {
-	n := 0
-	for w := range r.all {
-		if len(w.pred.shards) > 0 {
-			n++
-		}
-	}
-	return n
-}

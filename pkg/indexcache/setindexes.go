@@ -93,7 +93,7 @@ func (c *Cache) rehomeLocked() {
 }
 
 func (c *Cache) publishWatchersLocked() {
-	c.m.setWatchers(c.router.counts(), c.router.sharded())
+	c.m.setWatchers(c.router.perIndex, c.router.sharded)
 }
 
 // IndexStats reports the label and field indexes.

@@ -58,7 +58,7 @@ func (w *watcher) stop(why stopReason) {
 		c.mu.Unlock()
 		close(w.done)
 		if why == stopSlow {
-			klog.V(2).InfoS("Closed a slow watcher", "resource", c.resource, "index", w.route.indexName(), "lastResourceVersion", w.sentRV.Load())
+			klog.V(2).InfoS("Closed a slow watcher", "resource", c.resource, "index", w.route.name, "lastResourceVersion", w.sentRV.Load())
 		}
 	})
 }
