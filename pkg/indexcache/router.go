@@ -248,4 +248,3 @@ func (r *router) list() []*watcher {
 	}
 	return out
 }
-
