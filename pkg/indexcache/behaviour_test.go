@@ -378,7 +378,7 @@ func TestErrors(t *testing.T) {
 	if _, err := c.List(ctx, ListOptions{Continue: page.Continue}); err != nil {
 		t.Errorf("continue within retention: %v", err)
 	}
-	clk.Step(cfg.SnapshotRetention + DefaultSnapshotRetention + time.Second)
+	clk.Step(DefaultSnapshotRetention + time.Second)
 	c.expireSnapshots()
 	if _, err := c.List(ctx, ListOptions{ResourceVersion: "10", ResourceVersionMatch: metav1.ResourceVersionMatchExact}); !errors.IsResourceExpired(err) {
 		t.Errorf("exact list of a dropped rv: %v, want 410", err)
@@ -631,5 +631,48 @@ func TestMetrics(t *testing.T) {
 	sw.Stop()
 	if v, _ := testutil.GetGaugeMetricValue(metrics.WatchShards.WithLabelValues(c.resource)); v != 0 {
 		t.Errorf("watch_shards_total after stop = %v", v)
+	}
+}
+
+// TestEventWindowRetention: beyond the minimum, events older than the
+// retention leave the window, and watches from before them get 410.
+func TestEventWindowRetention(t *testing.T) {
+	cfg := testConfig()
+	clk := testingclock.NewFakeClock(time.Now())
+	cfg.Clock, cfg.EventWindow = clk, 1000
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	synced(t, c)
+	add := func(rv uint64) {
+		if err := c.Ingest().Add(mkPod("ns", fmt.Sprintf("p%d", rv), "u", rv, nil, "", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for rv := uint64(11); rv <= 160; rv++ {
+		add(rv)
+	}
+	if w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); err != nil {
+		t.Fatalf("watch within the window: %v", err)
+	} else {
+		w.Stop()
+	}
+	clk.Step(DefaultEventRetention + time.Second)
+	add(161)
+	if n := c.window.size; n != minWindowEvents {
+		t.Fatalf("window holds %d events, want %d", n, minWindowEvents)
+	}
+	if _, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); !errors.IsResourceExpired(err) {
+		t.Fatalf("watch from before the window: %v, want 410", err)
+	}
+	w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: strconv.Itoa(161 - minWindowEvents)})
+	if err != nil {
+		t.Fatalf("watch from the window's start: %v", err)
+	}
+	defer w.Stop()
+	if got := describe(recv(t, w)); got != fmt.Sprintf("ADDED ns/p%d@%d", 162-minWindowEvents, 162-minWindowEvents) {
+		t.Fatalf("first replayed event %s", got)
 	}
 }

@@ -16,7 +16,8 @@ import (
 // Defaults for the zero values of Config.
 const (
 	DefaultFreshnessTimeout  = 3 * time.Second        // kube-apiserver's blockTimeout
-	DefaultEventWindow       = 100000                 // events kept for watch replay
+	DefaultEventWindow       = 100000                 // kube-apiserver's upper bound (100*1024)
+	DefaultEventRetention    = 75 * time.Second       // kube-apiserver's eventFreshDuration
 	DefaultSnapshotRetention = 75 * time.Second       // kube-apiserver keeps list snapshots ~75s
 	DefaultWatchBuffer       = 100                    // kube-apiserver's per-watcher channel size
 	DefaultSlowWatcherBudget = 100 * time.Millisecond // kube-apiserver's time_budget maxBudget
@@ -78,6 +79,9 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.EventWindow <= 0 {
 		cfg.EventWindow = DefaultEventWindow
 	}
+	if cfg.EventRetention <= 0 {
+		cfg.EventRetention = DefaultEventRetention
+	}
 	if cfg.SnapshotRetention <= 0 {
 		cfg.SnapshotRetention = DefaultSnapshotRetention
 	}
@@ -104,7 +108,7 @@ func New(cfg Config) (*Cache, error) {
 		fieldIDs:  map[string]int{},
 		tree:      btree.NewG(32, lessEntry),
 		rvChanged: make(chan struct{}),
-		window:    newEventWindow(cfg.EventWindow),
+		window:    newEventWindow(cfg.EventWindow, cfg.EventRetention),
 		router:    newRouter(),
 		snapshots: map[uint64]*snapshot{},
 		stopCh:    make(chan struct{}),

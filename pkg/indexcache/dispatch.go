@@ -28,6 +28,7 @@ func (c *Cache) commitAndUnlock(ev *storeEvent) {
 		c.tree.ReplaceOrInsert(ev.cur)
 		c.indexes.update(ev.prev, ev.cur)
 	}
+	ev.at = c.cfg.Clock.Now()
 	c.window.add(ev)
 	c.setRVLocked(ev.rv)
 	objects, watchers := c.tree.Len(), len(c.router.all)

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strconv"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +19,7 @@ type storeEvent struct {
 	prev *entry
 	cur  *entry
 	rv   uint64
+	at   time.Time // when it was ingested, for the window's retention
 
 	curOnce  sync.Once
 	curObj   *cachingObject

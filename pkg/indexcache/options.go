@@ -52,8 +52,14 @@ type Config struct {
 
 	// FreshnessTimeout bounds the wait of consistent and NotOlderThan reads.
 	FreshnessTimeout time.Duration
-	// EventWindow is how many events are kept for watch replay.
+	// EventWindow is the most events kept for watch replay (and for Exact
+	// reads of states no snapshot holds).
 	EventWindow int
+	// EventRetention lets older events go even when the window is not full
+	// (at least minWindowEvents stay), like kube-apiserver's watch cache,
+	// which keeps about 75s of history: the window holds old versions of
+	// objects, which is memory.
+	EventRetention time.Duration
 	// SnapshotRetention is how long snapshots for continue tokens and Exact reads are kept.
 	SnapshotRetention time.Duration
 	// WatchBuffer is the per-watcher event buffer.

@@ -1,32 +1,47 @@
 package indexcache
 
-import "sort"
+import (
+	"sort"
+	"time"
+)
+
+// minWindowEvents stay in the window however old they are.
+const minWindowEvents = 100
 
 // eventWindow keeps the most recent events for watch replay and for
-// rebuilding past states. startRV is the resourceVersion after which every
+// rebuilding past states: at most capacity, and beyond minWindowEvents none
+// older than retention. startRV is the resourceVersion after which every
 // event is still held.
 type eventWindow struct {
-	events  []*storeEvent // ring
-	head    int           // index of the oldest event
-	size    int
-	startRV uint64
+	events    []*storeEvent // ring
+	head      int           // index of the oldest event
+	size      int
+	startRV   uint64
+	retention time.Duration
 }
 
-func newEventWindow(capacity int) eventWindow {
-	return eventWindow{events: make([]*storeEvent, capacity)}
+func newEventWindow(capacity int, retention time.Duration) eventWindow {
+	return eventWindow{events: make([]*storeEvent, capacity), retention: retention}
 }
 
 func (w *eventWindow) at(i int) *storeEvent { return w.events[(w.head+i)%len(w.events)] }
 
+func (w *eventWindow) dropOldest() {
+	w.startRV = w.events[w.head].rv
+	w.events[w.head] = nil
+	w.head = (w.head + 1) % len(w.events)
+	w.size--
+}
+
 func (w *eventWindow) add(ev *storeEvent) {
 	if w.size == len(w.events) {
-		w.startRV = w.events[w.head].rv
-		w.events[w.head] = nil
-		w.head = (w.head + 1) % len(w.events)
-		w.size--
+		w.dropOldest()
 	}
 	w.events[(w.head+w.size)%len(w.events)] = ev
 	w.size++
+	for w.size > minWindowEvents && ev.at.Sub(w.events[w.head].at) > w.retention {
+		w.dropOldest()
+	}
 }
 
 // since returns the events after rv, oldest first; ok is false when some of
