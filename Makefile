@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 BIN := _output/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all build localstack binaries up down test test-unit test-e2e verify codegen clean
+.PHONY: all build localstack binaries up down test test-unit test-e2e bench verify codegen clean
 
 all: build
 
@@ -39,6 +39,13 @@ test-unit:
 # One package at a time: each starts its own control plane on a 2-core machine.
 test-e2e:
 	go test $(GO_TEST_FLAGS) -count=1 -timeout 30m -p 1 ./test/localstack/... ./test/e2e/...
+	go run ./test/bench/cmd/bench -smoke
+
+## bench: side-by-side benchmark against kube-apiserver (test/bench/cmd/bench; 10k pods by default,
+##        BENCH_FLAGS="-apps 2500 -watchers 1000,2000" for 50k); JSON in docs/bench/, table in docs/benchmarks.md
+BENCH_FLAGS ?=
+bench: binaries build
+	go run ./test/bench/cmd/bench $(BENCH_FLAGS)
 
 ## verify: formatting, vet and generated code are clean
 verify:

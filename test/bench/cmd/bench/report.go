@@ -1,0 +1,105 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+func writeResults(o options, res *Results) error {
+	out := o.jsonOut
+	if out == "" {
+		if o.smoke {
+			out = filepath.Join("_output", "bench", "smoke.json")
+		} else {
+			out = filepath.Join("docs", "bench", res.Started.Format("20060102T150405Z")+".json")
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	logf("wrote %s", out)
+	if o.smoke || o.markdown == "" {
+		return nil
+	}
+	f, err := os.OpenFile(o.markdown, os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.WriteString(markdown(res, out))
+	if err != nil {
+		return err
+	}
+	logf("appended a table to %s", o.markdown)
+	return nil
+}
+
+func ratio(ours, theirs float64) string {
+	if theirs <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", ours/theirs)
+}
+
+func markdown(res *Results, jsonPath string) string {
+	var b strings.Builder
+	m := res.Machine
+	fmt.Fprintf(&b, "\n### Run %s\n\n", res.Started.Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %.0f GiB, %s, kube-apiserver %s, load average at start %s. "+
+		"The harness itself (clients decoding JSON) runs on the same cores. %d pods (%d apps × %d in %d namespaces), "+
+		"loaded in %.0f s (%.0f pods/s). Raw data: `%s`.",
+		m.CPUs, m.CPUModel, m.MemGiB, m.GoVersion, m.KubeAPIServer, m.LoadAvg,
+		res.Load.Pods, res.Load.Apps, res.Load.PodsPerApp, res.Load.Namespaces, res.Load.Seconds, res.Load.PodsPerSec, jsonPath)
+	if len(res.Failures) > 0 {
+		fmt.Fprintf(&b, " **Failures:** %s.", strings.Join(res.Failures, "; "))
+	}
+	b.WriteString("\n\nLIST by `spark-app-selector=app-N` (ms; ratio = index-apiserver direct / kube-apiserver):\n\n")
+	b.WriteString("| scope | resourceVersion | kube-apiserver p50 / p99 | index-apiserver p50 / p99 | via aggregator p50 / p99 | ratio p50 (direct) | CPU ms/req kube / index |\n|---|---|---|---|---|---|---|\n")
+	type key struct{ scope, rv string }
+	byKey := map[key]map[string]ListResult{}
+	var order []key
+	for _, l := range res.Lists {
+		k := key{l.Scope, l.RV}
+		if byKey[k] == nil {
+			byKey[k] = map[string]ListResult{}
+			order = append(order, k)
+		}
+		byKey[k][l.Target] = l
+	}
+	for _, k := range order {
+		kube, idx, agg := byKey[k]["kube-apiserver"], byKey[k]["index-apiserver"], byKey[k]["index-apiserver (aggregator)"]
+		fmt.Fprintf(&b, "| %s | %s | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %s | %.2f / %.2f |\n",
+			k.scope, k.rv, kube.P50ms, kube.P99ms, idx.P50ms, idx.P99ms, agg.P50ms, agg.P99ms, ratio(idx.P50ms, kube.P50ms), kube.KubeCPUms, idx.IndexCPUms)
+	}
+	if res.Baseline != nil {
+		fmt.Fprintf(&b, "\nWATCH (each label watcher on its own app; shard watchers partition the uid hash space). Patches at a fixed rate; "+
+			"zero-watcher baseline: kube-apiserver %.2f, index-apiserver %.2f CPU-s per 1k patches. CPU columns are the watched server's "+
+			"CPU-s per 1k events above that baseline (GC noise is ± a few tenths; repeat to get ranges).\n\n",
+			res.Baseline.KubeCPUPer1k, res.Baseline.IndexCPUPer1k)
+		b.WriteString("| watch | watchers | events | missing / dup / unexpected (kube; index) | kube-apiserver p50 / p99 ms | index-apiserver p50 / p99 ms | CPU-s/1k above baseline kube / index | ratio CPU |\n|---|---|---|---|---|---|---|---|\n")
+		for i := 0; i+1 < len(res.Watches); i += 2 {
+			k, x := res.Watches[i], res.Watches[i+1]
+			fmt.Fprintf(&b, "| %s | %d | %d | %d/%d/%d; %d/%d/%d | %.1f / %.1f | %.1f / %.1f | %.2f / %.2f | %s |\n",
+				k.Kind, k.Watchers, k.Patches, k.Missing, k.Duplicated, k.Unexpected, x.Missing, x.Duplicated, x.Unexpected,
+				k.P50ms, k.P99ms, x.P50ms, x.P99ms, k.ServerCPUPer1kAbove, x.ServerCPUPer1kAbove, ratio(x.ServerCPUPer1kAbove, k.ServerCPUPer1kAbove))
+		}
+	}
+	if len(res.RSS) == 2 {
+		k, x := res.RSS[0], res.RSS[1]
+		fmt.Fprintf(&b, "\nRSS after loading (VmRSS): kube-apiserver %.0f MiB (%.0f MiB before loading; +%.1f MiB per 10k pods), "+
+			"index-apiserver %.0f MiB (%.0f MiB before; +%.1f MiB per 10k pods); ratio of the growth %s. "+
+			"kube-apiserver's number includes everything else it holds (all other resources, the aggregator), so compare growth.\n",
+			k.LoadedMiB, k.EmptyMiB, k.DeltaPer10k, x.LoadedMiB, x.EmptyMiB, x.DeltaPer10k, ratio(x.DeltaPer10k, k.DeltaPer10k))
+	}
+	return b.String()
+}
