@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +13,12 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
 
 	indexingv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
@@ -55,6 +63,135 @@ func TestDeployManifests(t *testing.T) {
 		if strings.Contains(stderr.String(), bad) {
 			t.Errorf("dry run warned about %s:\n%s", bad, stderr.String())
 		}
+	}
+}
+
+// kustomize renders dir with the stack's kubectl and returns the objects by
+// kind/name.
+func kustomize(t *testing.T, dir string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(repoRoot, "_output/bin/kubectl"), "kustomize", filepath.Join(repoRoot, dir)).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v", dir, err)
+	}
+	objs := map[string]*unstructured.Unstructured{}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		var o unstructured.Unstructured
+		if err := dec.Decode(&o.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(o.Object) > 0 {
+			objs[o.GetKind()+"/"+o.GetName()] = &o
+		}
+	}
+	return objs
+}
+
+// TestDeployManifestContents: the base keeps the properties issue [E] asks
+// for (a dry run only proves the API accepts them), and the cert-manager
+// overlay issues exactly the Secret the Deployment mounts and the
+// Certificate the APIService takes its CA from.
+func TestDeployManifestContents(t *testing.T) {
+	objs := kustomize(t, "artifacts")
+	u := objs["Deployment/index-apiserver"]
+	if u == nil {
+		t.Fatalf("no Deployment in %v", objs)
+	}
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
+		t.Fatal(err)
+	}
+	spec := d.Spec.Template.Spec
+	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+		t.Errorf("replicas %d, want 2", ptrOr(d.Spec.Replicas))
+	}
+	if a := spec.Affinity; a == nil || a.PodAntiAffinity == nil {
+		t.Errorf("no pod anti-affinity")
+	}
+	if spec.SecurityContext == nil || spec.SecurityContext.RunAsNonRoot == nil || !*spec.SecurityContext.RunAsNonRoot {
+		t.Errorf("pod securityContext without runAsNonRoot: %+v", spec.SecurityContext)
+	}
+	if spec.ServiceAccountName != "index-apiserver" {
+		t.Errorf("serviceAccountName %q", spec.ServiceAccountName)
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%d containers", len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("container securityContext %+v", sc)
+	}
+	for _, p := range []struct {
+		name  string
+		probe *corev1.Probe
+		path  string
+	}{{"readiness", c.ReadinessProbe, "/readyz"}, {"liveness", c.LivenessProbe, "/livez"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("%s probe %+v, want HTTPS %s", p.name, p.probe, p.path)
+		}
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources %+v", c.Resources)
+	}
+	args := strings.Join(c.Args, " ")
+	for _, want := range []string{"--secure-port=6443", "--tls-cert-file=", "--tls-private-key-file="} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %s", args, want)
+		}
+	}
+	podNamespace := false
+	for _, e := range c.Env {
+		if e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace" {
+			podNamespace = true
+		}
+	}
+	if !podNamespace {
+		t.Errorf("no POD_NAMESPACE from the downward API")
+	}
+	secret := ""
+	for _, v := range spec.Volumes {
+		if v.Secret != nil {
+			secret = v.Secret.SecretName
+		}
+	}
+
+	svc := objs["Service/index-apiserver"]
+	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	if len(ports) != 1 || fmt.Sprint(ports[0].(map[string]any)["port"]) != "443" {
+		t.Errorf("Service ports %v, want 443", ports)
+	} else if tp := ports[0].(map[string]any)["targetPort"]; tp != "https" && fmt.Sprint(tp) != "6443" {
+		t.Errorf("Service targetPort %v", tp)
+	} else if tp == "https" && (len(c.Ports) != 1 || c.Ports[0].Name != "https" || c.Ports[0].ContainerPort != 6443) {
+		t.Errorf("container ports %+v, want https 6443", c.Ports)
+	}
+	if pdb := objs["PodDisruptionBudget/index-apiserver"]; pdb == nil {
+		t.Error("no PodDisruptionBudget")
+	} else if v, _, _ := unstructured.NestedFieldNoCopy(pdb.Object, "spec", "minAvailable"); fmt.Sprint(v) != "1" {
+		t.Errorf("PDB minAvailable %v, want 1", v)
+	}
+	api := objs["APIService/v1alpha1.indexing.k8s.io"]
+	if api == nil {
+		t.Fatal("no APIService")
+	}
+	if skip, _, _ := unstructured.NestedBool(api.Object, "spec", "insecureSkipTLSVerify"); skip {
+		t.Error("APIService skips TLS verification")
+	}
+	inject := api.GetAnnotations()["cert-manager.io/inject-ca-from"]
+
+	cm := kustomize(t, "artifacts/cert-manager")
+	cert := cm["Certificate/"+strings.TrimPrefix(inject, "index-apiserver/")]
+	if !strings.HasPrefix(inject, "index-apiserver/") || cert == nil {
+		t.Fatalf("inject-ca-from %q names no Certificate of the overlay (%v)", inject, cm)
+	}
+	if name, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName"); name != secret {
+		t.Errorf("the Certificate writes Secret %q, the Deployment mounts %q", name, secret)
+	}
+	if dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames"); !strings.Contains(strings.Join(dns, ","), "index-apiserver.index-apiserver.svc") {
+		t.Errorf("the Certificate's dnsNames %v lack index-apiserver.index-apiserver.svc", dns)
 	}
 }
 
@@ -238,4 +375,11 @@ func TestSecondReplica(t *testing.T) {
 	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 		t.Fatalf("the Lease has no holder: %+v", lease.Spec)
 	}
+}
+
+func ptrOr(p *int32) int32 {
+	if p == nil {
+		return 1 // the Deployment default
+	}
+	return *p
 }
