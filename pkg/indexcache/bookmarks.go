@@ -46,7 +46,7 @@ func (c *Cache) sendBookmarks() {
 	bm.Object = newCachingObject(bm.Object)
 	for _, w := range ws {
 		select {
-		case w.input <- bm:
+		case w.sink() <- bm:
 			w.sentRV.Store(rv)
 		default:
 		}

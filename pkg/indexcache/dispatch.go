@@ -67,7 +67,7 @@ func (c *Cache) deliver(ev *storeEvent, cands []*watcher) int {
 		}
 		delivered++
 		select {
-		case w.input <- out:
+		case w.sink() <- out:
 			w.sentRV.Store(ev.rv)
 			continue
 		case <-w.done:
@@ -82,7 +82,7 @@ func (c *Cache) deliver(ev *storeEvent, cands []*watcher) int {
 			w.sentRV.Store(ev.rv)
 		} else {
 			c.m.slowClosed.Inc()
-			w.stop(stopSlow)
+			w.stop(stopSlow, true)
 		}
 		if budget -= c.cfg.Clock.Since(start); budget < 0 {
 			budget = 0
@@ -99,7 +99,7 @@ func (c *Cache) deliver(ev *storeEvent, cands []*watcher) int {
 func (c *Cache) waitToSend(w *watcher, ev watch.Event, d time.Duration) bool {
 	if d <= 0 {
 		select {
-		case w.input <- ev:
+		case w.sink() <- ev:
 			return true
 		case <-w.done:
 			return true
@@ -110,7 +110,7 @@ func (c *Cache) waitToSend(w *watcher, ev watch.Event, d time.Duration) bool {
 	t := c.cfg.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
-	case w.input <- ev:
+	case w.sink() <- ev:
 		return true
 	case <-w.done:
 		return true

@@ -62,6 +62,10 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 			return nil, err
 		}
 	case opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
+		if opts.ResourceVersion == "" || opts.ResourceVersion == "0" {
+			// Validation refuses this before storage; answer alike.
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("resourceVersionMatch \"exact\" is forbidden for resourceVersion %q", opts.ResourceVersion))
+		}
 		rv, err := parseRV(opts.ResourceVersion)
 		if err != nil {
 			return nil, err

@@ -341,6 +341,12 @@ func runModel(t *testing.T, seed int64, ops int) {
 	ctx := context.Background()
 	m := &model{rng: rand.New(rand.NewSource(seed)), rv: 100, state: map[string]*indexing.Pod{}, states: map[uint64]map[string]*indexing.Pod{}, tombs: map[string]bool{}}
 	cfg := testConfig()
+	if seed%2 == 0 {
+		// Small buffers: most initial states go through a forwarder, and
+		// the dispatcher waits for readers (a generous budget: nobody is
+		// slow here, only descheduled).
+		cfg.WatchBuffer, cfg.SlowWatcherBudget = 8, time.Minute
+	}
 	var in IngestStore
 	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return m.rv, nil }
 	cfg.RequestProgress = func() { // upstream proves it has nothing newer

@@ -53,10 +53,9 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		c:              c,
 		pred:           pred,
 		allowBookmarks: opts.AllowWatchBookmarks,
-		input:          make(chan watch.Event, c.cfg.WatchBuffer),
-		result:         make(chan watch.Event),
 		done:           make(chan struct{}),
 	}
+	var initial []watch.Event
 	c.ingestMu.Lock()
 	defer c.ingestMu.Unlock()
 	c.mu.RLock()
@@ -64,14 +63,14 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 	switch {
 	case sendState:
 		entries, _ := c.selectLocked(pred)
-		w.initial = make([]watch.Event, 0, len(entries)+1)
+		initial = make([]watch.Event, 0, len(entries)+1)
 		for _, e := range entries {
-			if pred.matches(e) {
-				w.initial = append(w.initial, watch.Event{Type: watch.Added, Object: e.obj})
-			}
+			// A wrapper per event: encoders may stamp the kind on what they
+			// get, and the object is shared with the cache.
+			initial = append(initial, watch.Event{Type: watch.Added, Object: newCachingObject(e.obj)})
 		}
 		if opts.SendInitialEvents != nil && opts.AllowWatchBookmarks {
-			w.initial = append(w.initial, c.bookmarkEvent(cur, true))
+			initial = append(initial, c.bookmarkEvent(cur, true))
 		}
 	case rv == "" || rv == "0":
 	default:
@@ -83,19 +82,18 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		}
 		for _, ev := range events {
 			if out, ok := w.convert(ev); ok {
-				w.initial = append(w.initial, out)
+				initial = append(initial, out)
 			}
 		}
 	}
 	c.mu.RUnlock()
 	w.sentRV.Store(cur)
+	w.start(ctx, initial, c.cfg.WatchBuffer)
 
 	c.mu.Lock()
 	w.route = c.chooseRoute(pred)
 	c.router.add(w)
 	c.publishWatchersLocked()
 	c.mu.Unlock()
-
-	go w.run(ctx)
 	return w, nil
 }

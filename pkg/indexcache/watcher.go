@@ -15,23 +15,31 @@ type stopReason string
 const (
 	stopClient stopReason = "client"
 	stopSlow   stopReason = "slow"
-	stopCache  stopReason = "cache stopped"
 )
 
-// watcher is one open watch. The dispatcher puts events into input; the
-// watcher's goroutine first sends its initial events (state or replay), then
-// forwards input to the client.
+// watcher is one open watch.
+//
+// Most watchers are direct: the dispatcher writes into result (buffered),
+// which the client reads; no goroutine per watcher, one hand-off per event.
+// Their initial events (a replay, a small state) are put in the buffer at
+// registration. A watcher whose initial events don't fit has a forwarder
+// goroutine that sends them, then forwards what the dispatcher queued in
+// input meanwhile and after.
+//
+// Sends to a direct watcher's result happen under Cache.ingestMu, and it is
+// closed under ingestMu, so no send ever hits a closed channel.
 type watcher struct {
 	c              *Cache
 	pred           *predicate
 	route          route // guarded by Cache.mu
 	allowBookmarks bool
 
-	initial []watch.Event
-	input   chan watch.Event
-	result  chan watch.Event
-	done    chan struct{}
-	once    sync.Once
+	result chan watch.Event
+	input  chan watch.Event // forwarder mode only
+	done   chan struct{}    // closed first when the watcher stops
+	once   sync.Once
+	// unhookCtx forgets the context callback that stops the watcher.
+	unhookCtx func() bool
 
 	// epoch is the last event that took this watcher as a candidate (under
 	// Cache.mu, during routing).
@@ -46,19 +54,44 @@ var _ watch.Interface = &watcher{}
 
 func (w *watcher) ResultChan() <-chan watch.Event { return w.result }
 
-// Stop unregisters the watcher and ends its stream.
-func (w *watcher) Stop() { w.stop(stopClient) }
+// sink is where the dispatcher queues events.
+func (w *watcher) sink() chan watch.Event {
+	if w.input != nil {
+		return w.input
+	}
+	return w.result
+}
 
-func (w *watcher) stop(why stopReason) {
+// Stop unregisters the watcher and ends its stream.
+func (w *watcher) Stop() { w.stop(stopClient, false) }
+
+// stop ends the watcher; ingestHeld tells whether the caller holds
+// Cache.ingestMu (the dispatcher closing a slow watcher).
+func (w *watcher) stop(why stopReason, ingestHeld bool) {
 	w.once.Do(func() {
 		c := w.c
+		close(w.done)
+		if w.unhookCtx != nil {
+			w.unhookCtx()
+		}
 		c.mu.Lock()
 		c.router.remove(w)
 		c.publishWatchersLocked()
 		c.mu.Unlock()
-		close(w.done)
 		if why == stopSlow {
 			klog.V(2).InfoS("Closed a slow watcher", "resource", c.resource, "index", w.route.name, "lastResourceVersion", w.sentRV.Load())
+		}
+		switch {
+		case w.input != nil: // the forwarder closes result on its way out
+		case ingestHeld:
+			close(w.result)
+		default:
+			// Close once no dispatch is in flight; the client need not wait.
+			go func() {
+				c.ingestMu.Lock()
+				close(w.result)
+				c.ingestMu.Unlock()
+			}()
 		}
 	})
 }
@@ -80,36 +113,42 @@ func (w *watcher) convert(ev *storeEvent) (watch.Event, bool) {
 	return watch.Event{}, false
 }
 
-// run streams the initial events, then the live ones, until the client
-// stops the watch, its context ends, or the cache closes it.
-func (w *watcher) run(ctx context.Context) {
+// start delivers the initial events and hooks the watcher to ctx. The
+// caller holds ingestMu and has not registered the watcher yet.
+func (w *watcher) start(ctx context.Context, initial []watch.Event, buffer int) {
+	if len(initial) <= buffer {
+		w.result = make(chan watch.Event, buffer)
+		for _, ev := range initial {
+			w.result <- ev
+		}
+	} else {
+		w.result = make(chan watch.Event)
+		w.input = make(chan watch.Event, buffer)
+		go w.forward(initial)
+	}
+	w.unhookCtx = context.AfterFunc(ctx, func() { w.stop(stopClient, false) })
+}
+
+// forward sends the initial events, then what the dispatcher queued.
+func (w *watcher) forward(initial []watch.Event) {
 	defer close(w.result)
-	defer w.stop(stopClient) // a cancelled context unregisters too
-	send := func(ev watch.Event) bool {
+	for i, ev := range initial {
 		select {
 		case w.result <- ev:
-			return true
 		case <-w.done:
-		case <-ctx.Done():
-		}
-		return false
-	}
-	for i, ev := range w.initial {
-		if !send(ev) {
 			return
 		}
-		w.initial[i] = watch.Event{} // let the client's copy be the only one
+		initial[i] = watch.Event{} // the client's copy is the only one now
 	}
-	w.initial = nil
 	for {
 		select {
 		case ev := <-w.input:
-			if !send(ev) {
+			select {
+			case w.result <- ev:
+			case <-w.done:
 				return
 			}
 		case <-w.done:
-			return
-		case <-ctx.Done():
 			return
 		}
 	}
