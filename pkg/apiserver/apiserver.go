@@ -123,6 +123,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := c.installPolicyController(s); err != nil {
 		return nil, err
 	}
+	if err := generic.AddReadyzChecks(c.authenticationCAsLoaded()); err != nil {
+		return nil, err
+	}
 	if err := generic.AddReadyzChecks(healthz.NamedCheck("index-caches-synced", func(*http.Request) error {
 		for name, m := range mirrors {
 			if !m.cache.HasSynced() {
@@ -134,6 +137,22 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// authenticationCAsLoaded keeps /readyz false until the client and front-proxy
+// CAs are loaded: before that every request, the aggregator's included, would
+// be served as system:anonymous and get 403.
+func (c CompletedConfig) authenticationCAsLoaded() healthz.HealthChecker {
+	return healthz.NamedCheck("authentication-cas-loaded", func(*http.Request) error {
+		if rh := c.GenericConfig.Authentication.RequestHeaderConfig; rh != nil && rh.CAContentProvider != nil &&
+			len(rh.CAContentProvider.CurrentCABundleContent()) == 0 {
+			return fmt.Errorf("front-proxy client CA not loaded yet")
+		}
+		if s := c.GenericConfig.SecureServing; s != nil && s.ClientCA != nil && len(s.ClientCA.CurrentCABundleContent()) == 0 {
+			return fmt.Errorf("client CA not loaded yet")
+		}
+		return nil
+	})
 }
 
 func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
