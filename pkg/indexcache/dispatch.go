@@ -25,6 +25,12 @@ func (c *Cache) commitAndUnlock(ev *storeEvent) {
 		c.tree.Delete(ev.prev)
 		c.indexes.update(ev.prev, nil)
 	} else {
+		if ev.prev != nil {
+			ev.cur.cell = ev.prev.cell
+		} else {
+			ev.cur.cell = &cell{}
+		}
+		ev.cur.cell.e = ev.cur
 		c.tree.ReplaceOrInsert(ev.cur)
 		c.indexes.update(ev.prev, ev.cur)
 	}
@@ -66,11 +72,9 @@ func (c *Cache) deliver(ev *storeEvent, cands []*watcher) int {
 			continue
 		}
 		delivered++
-		select {
+		select { // a non-blocking send: the common case, and cheap
 		case w.sink() <- out:
 			w.sentRV.Store(ev.rv)
-			continue
-		case <-w.done:
 			continue
 		default:
 		}

@@ -23,6 +23,9 @@ type entry struct {
 	fields    [][]string // by field ordinal (Cache.fieldIDs)
 	uidHash   uint64
 	nsHash    uint64
+	// cell is shared by all versions of the object while it exists; set
+	// when the entry is committed.
+	cell *cell
 }
 
 func objectKey(namespace, name string) string {

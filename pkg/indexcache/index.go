@@ -4,17 +4,21 @@ import (
 	"sort"
 )
 
-// valueIndex maps the values of one label key or field to the entries
-// holding them, by key.
-type valueIndex map[string]map[string]*entry
+// cell is the stable home of one key's current entry. Indexes hold cells,
+// not entries, so an update that keeps every indexed value touches no index.
+type cell struct{ e *entry }
+
+// valueIndex maps the values of one label key or field to the cells of the
+// objects holding them, by key.
+type valueIndex map[string]map[string]*cell
 
 func (ix valueIndex) add(value string, e *entry) {
 	bucket := ix[value]
 	if bucket == nil {
-		bucket = map[string]*entry{}
+		bucket = map[string]*cell{}
 		ix[value] = bucket
 	}
-	bucket[e.key] = e
+	bucket[e.key] = e.cell
 }
 
 func (ix valueIndex) remove(value string, e *entry) {
@@ -78,8 +82,8 @@ func (s *indexSet) lookup(r exactReq) (valueIndex, string, bool) {
 	return nil, "", false
 }
 
-// update moves an entry between buckets; old or new may be nil. Most
-// updates keep a value: then the bucket's pointer is just replaced.
+// update moves an entry between buckets; old or new may be nil. Values an
+// update keeps need nothing: the bucket holds the key's cell.
 func (s *indexSet) update(old, new *entry) {
 	for key, ix := range s.labels {
 		var ov, nv string
@@ -91,7 +95,6 @@ func (s *indexSet) update(old, new *entry) {
 			nv, newHas = new.labels[key]
 		}
 		if oldHas && newHas && ov == nv {
-			ix.values[nv][new.key] = new
 			continue
 		}
 		if oldHas {
@@ -110,9 +113,6 @@ func (s *indexSet) update(old, new *entry) {
 			nvs = new.fields[id]
 		}
 		if old != nil && new != nil && sameValues(ovs, nvs) {
-			for _, v := range nvs {
-				ix.values[v][new.key] = new
-			}
 			continue
 		}
 		for _, v := range ovs {
@@ -175,13 +175,13 @@ func (s *indexSet) candidates(p *predicate) (out []*entry, name string, ok bool)
 	out = make([]*entry, 0, smallest.size)
 	for _, v := range smallest.values {
 	next:
-		for key, e := range smallest.ix[v] {
+		for key, cl := range smallest.ix[v] {
 			for _, o := range others {
 				if !inAny(o.ix, o.values, key) {
 					continue next
 				}
 			}
-			out = append(out, e)
+			out = append(out, cl.e)
 		}
 	}
 	// Distinct values select disjoint buckets for labels (one value per key),

@@ -189,6 +189,7 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 	c.mu.Lock()
 	if !c.synced {
 		for _, e := range entries {
+			e.cell = &cell{e: e}
 			c.tree.ReplaceOrInsert(e)
 			c.indexes.update(nil, e)
 		}
