@@ -326,13 +326,13 @@ func TestSecondReplica(t *testing.T) {
 		}
 	}
 	port, _ := startReplica(t, "index-apiserver-2")
-	// Known gap (docs/reliability.md): right after /readyz turns 200 the
-	// replica has not loaded the client and front-proxy CAs from
-	// kube-system/extension-apiserver-authentication yet, so for well under a
-	// second even the aggregator's requests are system:anonymous (403).
-	// Logged, not failed, until readiness waits for them.
+	// /readyz waits for the client and front-proxy CAs
+	// (kube-system/extension-apiserver-authentication): the aggregator's
+	// first request to a replica that just became ready is authenticated.
 	fpCode, fpBody := directGet(t, stack.IndexAPIServerURL(port), loadCert(t, "front-proxy-client"), "/apis/indexing.k8s.io/v1alpha1/namespaces/"+ns+"/pods", forged)
-	t.Logf("front proxy right after /readyz: %d %.200s", fpCode, fpBody)
+	if fpCode != http.StatusOK {
+		t.Fatalf("front proxy right after /readyz: %d %.200s", fpCode, fpBody)
+	}
 	first := newClients(t, indexAPIServerConfig)
 	second := newClients(t, stack.IndexAPIServerConfig(port))
 	path := "/apis/indexing.k8s.io/v1alpha1/namespaces/" + ns + "/pods"
