@@ -676,3 +676,26 @@ func TestEventWindowRetention(t *testing.T) {
 		t.Fatalf("first replayed event %s", got)
 	}
 }
+
+// TestWatchWithDoneContext: a request whose context already ended gets a
+// watcher that is closed and unregistered, never one left behind.
+func TestWatchWithDoneContext(t *testing.T) {
+	c := newTestCache(t)
+	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	w, err := c.Watch(ctx, WatchOptions{ResourceVersion: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range w.ResultChan() {
+	}
+	if err := c.Ingest().Add(mkPod("ns", "b", "ub", 11, nil, "", "")); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if n := len(c.router.all); n != 0 {
+		t.Fatalf("%d watchers registered", n)
+	}
+}

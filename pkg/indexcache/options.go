@@ -95,8 +95,9 @@ type ListResult struct {
 	ResourceVersion    uint64
 	Continue           string
 	RemainingItemCount *int64
-	// Index names the index that chose the candidates (e.g. "namespace",
-	// "label:app", "field:spec.nodeName", "shard:uid", "all").
+	// Index names what chose the candidates: "label:<key>" or
+	// "field:<path>" (an index), "namespace" (the namespace's key range) or
+	// "all" (a full scan). It is also the list_requests_total index label.
 	Index string
 }
 

@@ -88,12 +88,13 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 	}
 	c.mu.RUnlock()
 	w.sentRV.Store(cur)
-	w.start(ctx, initial, c.cfg.WatchBuffer)
+	w.start(initial, c.cfg.WatchBuffer)
 
 	c.mu.Lock()
 	w.route = c.chooseRoute(pred)
 	c.router.add(w)
 	c.publishWatchersLocked()
 	c.mu.Unlock()
+	w.stopWith(ctx)
 	return w, nil
 }

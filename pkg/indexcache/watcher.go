@@ -39,7 +39,7 @@ type watcher struct {
 	done   chan struct{}    // closed first when the watcher stops
 	once   sync.Once
 	// unhookCtx forgets the context callback that stops the watcher.
-	unhookCtx func() bool
+	unhookCtx atomic.Pointer[func() bool]
 
 	// epoch is the last event that took this watcher as a candidate (under
 	// Cache.mu, during routing).
@@ -71,8 +71,8 @@ func (w *watcher) stop(why stopReason, ingestHeld bool) {
 	w.once.Do(func() {
 		c := w.c
 		close(w.done)
-		if w.unhookCtx != nil {
-			w.unhookCtx()
+		if unhook := w.unhookCtx.Load(); unhook != nil {
+			(*unhook)()
 		}
 		c.mu.Lock()
 		c.router.remove(w)
@@ -113,20 +113,26 @@ func (w *watcher) convert(ev *storeEvent) (watch.Event, bool) {
 	return watch.Event{}, false
 }
 
-// start delivers the initial events and hooks the watcher to ctx. The
-// caller holds ingestMu and has not registered the watcher yet.
-func (w *watcher) start(ctx context.Context, initial []watch.Event, buffer int) {
+// start delivers the initial events: into the buffer when they fit, else
+// through a forwarder. The caller holds ingestMu.
+func (w *watcher) start(initial []watch.Event, buffer int) {
 	if len(initial) <= buffer {
 		w.result = make(chan watch.Event, buffer)
 		for _, ev := range initial {
 			w.result <- ev
 		}
-	} else {
-		w.result = make(chan watch.Event)
-		w.input = make(chan watch.Event, buffer)
-		go w.forward(initial)
+		return
 	}
-	w.unhookCtx = context.AfterFunc(ctx, func() { w.stop(stopClient, false) })
+	w.result = make(chan watch.Event)
+	w.input = make(chan watch.Event, buffer)
+	go w.forward(initial)
+}
+
+// stopWith stops the watcher when ctx ends. Called once it is registered,
+// so a context that is already done unregisters it for good.
+func (w *watcher) stopWith(ctx context.Context) {
+	unhook := context.AfterFunc(ctx, func() { w.stop(stopClient, false) })
+	w.unhookCtx.Store(&unhook)
 }
 
 // forward sends the initial events, then what the dispatcher queued.
