@@ -77,9 +77,10 @@ func (w *watcher) stop(why stopReason, ingestHeld bool) {
 		c.mu.Lock()
 		c.router.remove(w)
 		c.publishWatchersLocked()
+		index := w.route.name
 		c.mu.Unlock()
 		if why == stopSlow {
-			klog.V(2).InfoS("Closed a slow watcher", "resource", c.resource, "index", w.route.name, "lastResourceVersion", w.sentRV.Load())
+			klog.V(2).InfoS("Closed a slow watcher", "resource", c.resource, "index", index, "lastResourceVersion", w.sentRV.Load())
 		}
 		switch {
 		case w.input != nil: // the forwarder closes result on its way out
