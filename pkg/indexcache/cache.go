@@ -143,8 +143,9 @@ func (c *Cache) ResourceVersion() uint64 {
 	return c.rv
 }
 
-// Run sends periodic bookmarks and expires snapshots until stopCh closes,
-// then stops every watcher.
+// Run sends periodic bookmarks, expires snapshots and refreshes the index
+// size metrics every BookmarkInterval until stopCh closes, then stops every
+// watcher.
 func (c *Cache) Run(stopCh <-chan struct{}) {
 	t := c.cfg.Clock.NewTicker(c.cfg.BookmarkInterval)
 	defer t.Stop()
@@ -158,6 +159,7 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 		case <-t.C():
 			c.sendBookmarks()
 			c.expireSnapshots()
+			c.m.setIndexValues(c.IndexStats()) // cardinality drifts with ingest
 		}
 	}
 }

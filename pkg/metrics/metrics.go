@@ -34,11 +34,13 @@ var (
 		Help:           "Open watchers with a shardSelector.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
-	// FilteredEvents counts (event, watcher) pairs not delivered: skipped by
-	// routing, or offered and rejected by the watcher's selector.
+	// FilteredEvents counts (event, watcher) pairs that did not become a
+	// delivery: for each event, the open watchers routing did not offer it
+	// to, plus the offered ones whose selection matched neither the old nor
+	// the new state. Broadcast-and-filter would have evaluated all of them.
 	FilteredEvents = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "watch_filtered_events_total",
-		Help:           "Event deliveries avoided: watchers an event was not routed to, plus routed watchers whose selector rejected it.",
+		Help:           "Per event, the open watchers that did not get it: those index/shard routing did not offer it to, plus offered ones whose selector matched neither the old nor the new state.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 	// EventsDispatched counts (event, watcher) deliveries.
@@ -50,7 +52,7 @@ var (
 	// ListRequests counts lists by the index that chose their candidates.
 	ListRequests = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "list_requests_total",
-		Help:           "List requests by resource and the index that chose the candidates (all = full scan).",
+		Help:           "List requests by resource and what chose the candidates: label:<key> or field:<path> (an index), namespace (its key range), all (full scan).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "index"})
 	// CacheObjects is the number of cached objects.
