@@ -252,3 +252,57 @@ func heap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// BenchmarkRoute isolates what routing changes: finding the watchers of one
+// update and evaluating their selectors (no ingest, no channel hand-off),
+// with W label watchers each on its own app. Routed cost should not depend
+// on W; broadcast grows with it.
+func BenchmarkRoute(b *testing.B) {
+	for _, w := range []int{100, 1000, 10000} {
+		for _, mode := range []string{"routed", "broadcast"} {
+			b.Run(fmt.Sprintf("watchers=%d/%s", w, mode), func(b *testing.B) {
+				const pods = 20000
+				c := benchCache(b, pods, w, mode == "broadcast")
+				if err := c.SetIndexes([]string{"app"}, nil); err != nil {
+					b.Fatal(err)
+				}
+				for i := 0; i < w; i++ {
+					if _, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "1",
+						Label: labels.SelectorFromSet(labels.Set{"app": fmt.Sprintf("app-%d", i)})}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				// Updates of the first 1000 pods, prepared.
+				var evs []*storeEvent
+				for i := 0; i < 1000; i++ {
+					prev, _ := c.tree.Get(&entry{key: objectKey(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i))})
+					cur, err := c.newEntry(updated(templates(1, w), 0, 2))
+					if err != nil {
+						b.Fatal(err)
+					}
+					cur.key, cur.labels = prev.key, prev.labels
+					evs = append(evs, &storeEvent{typ: watch.Modified, prev: prev, cur: cur, rv: 2})
+				}
+				var cands []*watcher
+				delivered := 0
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					ev := evs[i%len(evs)]
+					c.mu.Lock()
+					c.dispatch.epoch++
+					cands = c.router.candidates(ev.prev, ev.cur, c.dispatch.epoch, cands[:0])
+					c.mu.Unlock()
+					for _, wt := range cands {
+						if _, ok := wt.convert(ev); ok {
+							delivered++
+						}
+					}
+				}
+				if delivered != b.N {
+					b.Fatalf("%d deliveries for %d events", delivered, b.N)
+				}
+			})
+		}
+	}
+}
