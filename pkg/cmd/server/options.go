@@ -41,14 +41,9 @@ type Options struct {
 
 // CacheOptions tune the index caches.
 type CacheOptions struct {
-	FreshnessTimeout  time.Duration
-	EventWindow       int
-	SnapshotRetention time.Duration
-	WatchBuffer       int
-	SlowWatcherBudget time.Duration
-	BookmarkInterval  time.Duration
-	UpstreamQPS       float32
-	UpstreamBurst     int
+	apiserver.CacheConfig
+	UpstreamQPS   float32
+	UpstreamBurst int
 }
 
 // NewOptions returns the defaults.
@@ -63,14 +58,16 @@ func NewOptions() *Options {
 		Logs:           logs.NewOptions(),
 		Policy:         policy.NewOptions(),
 		Cache: CacheOptions{
-			FreshnessTimeout:  3 * time.Second,
-			EventWindow:       100000,
-			SnapshotRetention: 75 * time.Second,
-			WatchBuffer:       100,
-			SlowWatcherBudget: 100 * time.Millisecond,
-			BookmarkInterval:  10 * time.Second,
-			UpstreamQPS:       50,
-			UpstreamBurst:     100,
+			CacheConfig: apiserver.CacheConfig{
+				FreshnessTimeout:  3 * time.Second,
+				EventWindow:       100000,
+				SnapshotRetention: 75 * time.Second,
+				WatchBuffer:       100,
+				SlowWatcherBudget: 100 * time.Millisecond,
+				BookmarkInterval:  10 * time.Second,
+			},
+			UpstreamQPS:   50,
+			UpstreamBurst: 100,
 		},
 	}
 	// Many long-running watches share one HTTP/2 connection from the aggregator.
@@ -212,15 +209,8 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	return &apiserver.Config{
 		GenericConfig: cfg,
 		ExtraConfig: apiserver.ExtraConfig{
-			KubeClient: feedClient,
-			Cache: apiserver.CacheConfig{
-				FreshnessTimeout:  o.Cache.FreshnessTimeout,
-				EventWindow:       o.Cache.EventWindow,
-				SnapshotRetention: o.Cache.SnapshotRetention,
-				WatchBuffer:       o.Cache.WatchBuffer,
-				SlowWatcherBudget: o.Cache.SlowWatcherBudget,
-				BookmarkInterval:  o.Cache.BookmarkInterval,
-			},
+			KubeClient:         feedClient,
+			Cache:              o.Cache.CacheConfig,
 			Policy:             o.Policy,
 			PolicyClientConfig: cfg.ClientConfig,
 		},
