@@ -180,6 +180,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err := o.Authentication.ApplyTo(&cfg.Authentication, cfg.SecureServing, cfg.OpenAPIConfig); err != nil {
 		return nil, err
 	}
+	if cfg.Authentication.Authenticator != nil {
+		cfg.Authentication.Authenticator = probesOnlyAnonymous{delegate: cfg.Authentication.Authenticator}
+	}
 	if err := o.Authorization.ApplyTo(&cfg.Authorization); err != nil {
 		return nil, err
 	}
