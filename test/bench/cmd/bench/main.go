@@ -81,6 +81,8 @@ type options struct {
 	keep          bool
 	indexFlags    string
 	loadWorkers   int
+	pprofDir      string
+	repeat        int
 }
 
 func main() {
@@ -88,11 +90,11 @@ func main() {
 	var watchers, shards string
 	flag.BoolVar(&o.smoke, "smoke", false, "tiny sizes (< 1 min); fail on any lost, duplicated or unexpected event or differing LIST; writes no docs")
 	flag.IntVar(&o.namespaces, "namespaces", 10, "namespaces the apps are spread over")
-	flag.IntVar(&o.apps, "apps", 500, "apps (spark-app-selector=app-N); 2500 for 50k pods")
+	flag.IntVar(&o.apps, "apps", 2500, "apps (spark-app-selector=app-N)")
 	flag.IntVar(&o.podsPerApp, "pods-per-app", 20, "pods per app")
 	flag.IntVar(&o.listRequests, "list-requests", 300, "requests per LIST case")
-	flag.StringVar(&watchers, "watchers", "100,500", "watcher counts for the fan-out phase (each ≤ -apps)")
-	flag.StringVar(&shards, "shards", "16,64", "shard watcher counts for the sharded watch phase (empty: skip)")
+	flag.StringVar(&watchers, "watchers", "100,1000,2000", "watcher counts for the fan-out phase (each ≤ -apps)")
+	flag.StringVar(&shards, "shards", "16,64,1024", "shard watcher counts for the sharded watch phase (empty: skip)")
 	flag.IntVar(&o.patchRate, "patch-rate", 100, "pod patches per second during watch phases")
 	flag.DurationVar(&o.patchDuration, "patch-duration", 20*time.Second, "how long each watch phase patches")
 	flag.StringVar(&o.jsonOut, "json", "", "JSON results file (default docs/bench/<UTC timestamp>.json; smoke: _output/bench/smoke.json)")
@@ -100,10 +102,13 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "leave the stack running (stop it with LOCAL_DIR=<dir> hack/local-down.sh)")
 	flag.StringVar(&o.indexFlags, "index-apiserver-flags", "", "extra index-apiserver flags (INDEX_APISERVER_FLAGS)")
 	flag.IntVar(&o.loadWorkers, "load-workers", 16, "concurrent pod creations while loading")
+	flag.IntVar(&o.repeat, "repeat", 3, "rounds of watch phases (each with its own zero-watcher baseline); tables show the median and the range")
+	flag.StringVar(&o.pprofDir, "pprof", "", "write index-apiserver CPU and heap profiles of each of its watch phases here (<kind>-<watchers>.cpu.pprof)")
 	flag.Parse()
 	if o.smoke {
 		o.namespaces, o.apps, o.podsPerApp, o.listRequests = 2, 12, 3, 10
 		watchers, shards = "4,10", "4"
+		o.repeat = 1
 		o.patchRate, o.patchDuration = 40, 3*time.Second
 		o.markdown = ""
 	}
@@ -158,8 +163,9 @@ type Results struct {
 	Machine    Machine       `json:"machine"`
 	Load       Load          `json:"load"`
 	Lists      []ListResult  `json:"lists"`
-	Baseline   *CPUPhase     `json:"watchBaseline,omitempty"`
+	Baselines  []CPUPhase    `json:"watchBaselines,omitempty"`
 	Watches    []WatchResult `json:"watches"`
+	Summary    []WatchCase   `json:"watchSummary,omitempty"`
 	RSS        []RSSResult   `json:"rss"`
 	Failures   []string      `json:"failures,omitempty"`
 	DurationS  float64       `json:"durationSeconds"`
@@ -199,6 +205,7 @@ type ListResult struct {
 }
 
 type CPUPhase struct {
+	Round         int     `json:"round"`
 	Events        int     `json:"events"`
 	Seconds       float64 `json:"seconds"`
 	KubeCPUPer1k  float64 `json:"kubeAPIServerCPUsPer1kEvents"`
@@ -206,6 +213,7 @@ type CPUPhase struct {
 }
 
 type WatchResult struct {
+	Round      int     `json:"round"`
 	Kind       string  `json:"kind"` // label | shard
 	Target     string  `json:"target"`
 	Watchers   int     `json:"watchers"`
@@ -509,33 +517,42 @@ func phases(ctx context.Context, s *stackInfo, o options, res *Results) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if len(o.watchers) > 0 || len(o.shards) > 0 {
+	type watchCase struct {
+		kind string
+		n    int
+	}
+	var cases []watchCase
+	for _, w := range o.watchers {
+		cases = append(cases, watchCase{"label", w})
+	}
+	for _, w := range o.shards {
+		cases = append(cases, watchCase{"shard", w})
+	}
+	if len(cases) == 0 {
+		return nil
+	}
+	// Each round measures its own baseline right before its phases, so slow
+	// drift (heap growth, other load on the machine) hits both alike.
+	for round := 1; round <= o.repeat; round++ {
 		b, err := baseline(ctx, s, o)
 		if err != nil {
 			return fmt.Errorf("watch baseline: %w", err)
 		}
-		res.Baseline = b
-		for _, w := range o.watchers {
+		b.Round = round
+		res.Baselines = append(res.Baselines, *b)
+		for _, c := range cases {
 			for _, tgt := range []string{"kube-apiserver", "index-apiserver"} {
-				r, err := watchPhase(ctx, s, o, tgt, "label", w, b)
+				r, err := watchPhase(ctx, s, o, tgt, c.kind, c.n, b)
 				if err != nil {
-					return fmt.Errorf("watch %s %d: %w", tgt, w, err)
+					return fmt.Errorf("%s watch on %s with %d watchers: %w", c.kind, tgt, c.n, err)
 				}
-				res.Watches = append(res.Watches, *r)
-				checkWatch(o, r, res)
-			}
-		}
-		for _, w := range o.shards {
-			for _, tgt := range []string{"kube-apiserver", "index-apiserver"} {
-				r, err := watchPhase(ctx, s, o, tgt, "shard", w, b)
-				if err != nil {
-					return fmt.Errorf("shard watch %s %d: %w", tgt, w, err)
-				}
+				r.Round = round
 				res.Watches = append(res.Watches, *r)
 				checkWatch(o, r, res)
 			}
 		}
 	}
+	res.Summary = summarize(res.Watches)
 	return nil
 }
 
@@ -1036,6 +1053,11 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 			return patchRec{p.ns, p.name, uidOwner[p.ns+"/"+p.name]}
 		}
 	}
+	var profiled chan error
+	if o.pprofDir != "" && tgt == "index-apiserver" && b.Round == 1 {
+		profiled = make(chan error, 1)
+		go func() { profiled <- profile(ctx, s, o, fmt.Sprintf("%s-%d", kind, n)) }()
+	}
 	k0 := cpuSeconds(pid)
 	t0 := time.Now()
 	sent, perrs := patcher(ctx, s, o, n, pick)
@@ -1066,6 +1088,11 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 	}
 	time.Sleep(300 * time.Millisecond) // late duplicates
 	k1 := cpuSeconds(pid)
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			logf("  profile: %v", err)
+		}
+	}
 	elapsed := time.Since(t0)
 	cancel()
 	wg.Wait()
@@ -1107,6 +1134,43 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 	logf("  %d patches in %v: received %d, missing %d, duplicated %d, unexpected %d; delivery p50 %.1f ms p99 %.1f ms; %.2f CPU-s/1k (%.2f above baseline)",
 		len(sent), elapsed.Round(100*time.Millisecond), r.Received, r.Missing, r.Duplicated, r.Unexpected, r.P50ms, r.P99ms, r.ServerCPUPer1k, r.ServerCPUPer1kAbove)
 	return r, nil
+}
+
+// profile saves a CPU profile of index-apiserver over the patching time of a
+// watch phase, and a heap profile after it, into o.pprofDir.
+func profile(ctx context.Context, s *stackInfo, o options, name string) error {
+	if err := os.MkdirAll(o.pprofDir, 0o755); err != nil {
+		return err
+	}
+	secs := int(o.patchDuration.Seconds())
+	if secs < 1 {
+		secs = 1
+	}
+	for _, p := range []struct{ path, file string }{
+		{"/debug/pprof/profile?seconds=" + strconv.Itoa(secs), name + ".cpu.pprof"},
+		{"/debug/pprof/heap", name + ".heap.pprof"},
+	} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.indexURL+p.path, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := s.indexHTTP.Do(req)
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", p.path, resp.Status)
+		}
+		if err := os.WriteFile(filepath.Join(o.pprofDir, p.file), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // shardOf is the index of the shardRanges(n) range holding uid's hash (the

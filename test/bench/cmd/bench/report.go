@@ -28,15 +28,29 @@ func writeResults(o options, res *Results) error {
 		return err
 	}
 	logf("wrote %s", out)
+	png := ""
+	if len(res.Summary) > 0 {
+		png = strings.TrimSuffix(out, ".json") + ".png"
+		if err := writePlot(png, res.Summary); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		logf("wrote %s", png)
+	}
 	if o.smoke || o.markdown == "" {
 		return nil
+	}
+	rel := ""
+	if png != "" {
+		if rel, err = filepath.Rel(filepath.Dir(o.markdown), png); err != nil {
+			rel = png
+		}
 	}
 	f, err := os.OpenFile(o.markdown, os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	_, err = f.WriteString(markdown(res, out))
+	_, err = f.WriteString(markdown(res, out, filepath.ToSlash(rel)))
 	if err != nil {
 		return err
 	}
@@ -51,7 +65,7 @@ func ratio(ours, theirs float64) string {
 	return fmt.Sprintf("%.2f×", ours/theirs)
 }
 
-func markdown(res *Results, jsonPath string) string {
+func markdown(res *Results, jsonPath, plotPath string) string {
 	var b strings.Builder
 	m := res.Machine
 	fmt.Fprintf(&b, "\n### Run %s\n\n", res.Started.Format("2006-01-02 15:04 UTC"))
@@ -81,17 +95,26 @@ func markdown(res *Results, jsonPath string) string {
 		fmt.Fprintf(&b, "| %s | %s | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %s | %.2f / %.2f |\n",
 			k.scope, k.rv, kube.P50ms, kube.P99ms, idx.P50ms, idx.P99ms, agg.P50ms, agg.P99ms, ratio(idx.P50ms, kube.P50ms), kube.KubeCPUms, idx.IndexCPUms)
 	}
-	if res.Baseline != nil {
-		fmt.Fprintf(&b, "\nWATCH (each label watcher on its own app; shard watchers partition the uid hash space). Patches at a fixed rate; "+
-			"zero-watcher baseline: kube-apiserver %.2f, index-apiserver %.2f CPU-s per 1k patches. CPU columns are the watched server's "+
-			"CPU-s per 1k events above that baseline (GC noise is ± a few tenths; repeat to get ranges).\n\n",
-			res.Baseline.KubeCPUPer1k, res.Baseline.IndexCPUPer1k)
-		b.WriteString("| watch | watchers | events | missing / dup / unexpected (kube; index) | kube-apiserver p50 / p99 ms | index-apiserver p50 / p99 ms | CPU-s/1k above baseline kube / index | ratio CPU |\n|---|---|---|---|---|---|---|---|\n")
-		for i := 0; i+1 < len(res.Watches); i += 2 {
-			k, x := res.Watches[i], res.Watches[i+1]
-			fmt.Fprintf(&b, "| %s | %d | %d | %d/%d/%d; %d/%d/%d | %.1f / %.1f | %.1f / %.1f | %.2f / %.2f | %s |\n",
-				k.Kind, k.Watchers, k.Patches, k.Missing, k.Duplicated, k.Unexpected, x.Missing, x.Duplicated, x.Unexpected,
-				k.P50ms, k.P99ms, x.P50ms, x.P99ms, k.ServerCPUPer1kAbove, x.ServerCPUPer1kAbove, ratio(x.ServerCPUPer1kAbove, k.ServerCPUPer1kAbove))
+	if len(res.Summary) > 0 {
+		var kb, ib []float64
+		for _, bl := range res.Baselines {
+			kb, ib = append(kb, bl.KubeCPUPer1k), append(ib, bl.IndexCPUPer1k)
+		}
+		fmt.Fprintf(&b, "\nWATCH (each label watcher on its own app; shard watchers partition the uid hash space), %d round(s), each "+
+			"with its own zero-watcher baseline (median: kube-apiserver %.2f, index-apiserver %.2f CPU-s per 1k patches). CPU columns are the "+
+			"watched server's CPU-s per 1k events above its round's baseline: median [min–max]. Latencies are medians of the rounds' p50 and p99. "+
+			"Event counts are totals over the rounds.\n\n",
+			len(res.Baselines), median(kb), median(ib))
+		b.WriteString("| watch | watchers | events | missing / dup / unexpected (kube; index) | kube-apiserver p50 / p99 ms | index-apiserver p50 / p99 ms | CPU-s/1k above baseline kube | index | ratio CPU (medians) |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, c := range res.Summary {
+			k, x := c.Kube, c.Index
+			fmt.Fprintf(&b, "| %s | %d | %d | %d/%d/%d; %d/%d/%d | %.1f / %.1f | %.1f / %.1f | %.2f [%.2f–%.2f] | %.2f [%.2f–%.2f] | %s |\n",
+				c.Kind, c.Watchers, x.Expected, k.Missing, k.Duplicated, k.Unexpected, x.Missing, x.Duplicated, x.Unexpected,
+				k.P50ms, k.P99ms, x.P50ms, x.P99ms, k.CPUAbove, k.CPUAboveMin, k.CPUAboveMax, x.CPUAbove, x.CPUAboveMin, x.CPUAboveMax,
+				ratio(x.CPUAbove, k.CPUAbove))
+		}
+		if plotPath != "" {
+			fmt.Fprintf(&b, "\n![CPU per 1k events above baseline against watcher count, both servers](%s)\n", plotPath)
 		}
 	}
 	if len(res.RSS) == 2 {

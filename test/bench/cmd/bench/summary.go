@@ -1,0 +1,88 @@
+package main
+
+import "sort"
+
+// WatchCase sums up one watch case (kind × watchers) over the rounds, per
+// server.
+type WatchCase struct {
+	Kind     string         `json:"kind"`
+	Watchers int            `json:"watchers"`
+	Kube     WatchCaseStats `json:"kubeAPIServer"`
+	Index    WatchCaseStats `json:"indexAPIServer"`
+}
+
+// WatchCaseStats are medians and ranges over the rounds; the event counts
+// are totals.
+type WatchCaseStats struct {
+	Rounds      int     `json:"rounds"`
+	Expected    int     `json:"expectedEvents"`
+	Missing     int     `json:"missing"`
+	Duplicated  int     `json:"duplicated"`
+	Unexpected  int     `json:"unexpected"`
+	P50ms       float64 `json:"p50msMedian"`
+	P99ms       float64 `json:"p99msMedian"`
+	CPUAbove    float64 `json:"cpuSPer1kAboveBaselineMedian"`
+	CPUAboveMin float64 `json:"cpuSPer1kAboveBaselineMin"`
+	CPUAboveMax float64 `json:"cpuSPer1kAboveBaselineMax"`
+}
+
+// summarize groups the watch results by case, in the order they ran.
+func summarize(ws []WatchResult) []WatchCase {
+	type key struct {
+		kind string
+		n    int
+	}
+	var order []key
+	byKey := map[key]map[string][]WatchResult{}
+	for _, w := range ws {
+		k := key{w.Kind, w.Watchers}
+		if byKey[k] == nil {
+			byKey[k] = map[string][]WatchResult{}
+			order = append(order, k)
+		}
+		byKey[k][w.Target] = append(byKey[k][w.Target], w)
+	}
+	out := make([]WatchCase, 0, len(order))
+	for _, k := range order {
+		out = append(out, WatchCase{
+			Kind: k.kind, Watchers: k.n,
+			Kube:  stats(byKey[k]["kube-apiserver"]),
+			Index: stats(byKey[k]["index-apiserver"]),
+		})
+	}
+	return out
+}
+
+func stats(rs []WatchResult) WatchCaseStats {
+	s := WatchCaseStats{Rounds: len(rs)}
+	if len(rs) == 0 {
+		return s
+	}
+	var p50, p99, cpu []float64
+	for _, r := range rs {
+		s.Expected += r.Expected
+		s.Missing += r.Missing
+		s.Duplicated += r.Duplicated
+		s.Unexpected += r.Unexpected
+		p50 = append(p50, r.P50ms)
+		p99 = append(p99, r.P99ms)
+		cpu = append(cpu, r.ServerCPUPer1kAbove)
+	}
+	s.P50ms, s.P99ms = median(p50), median(p99)
+	s.CPUAbove = median(cpu)
+	sort.Float64s(cpu)
+	s.CPUAboveMin, s.CPUAboveMax = cpu[0], cpu[len(cpu)-1]
+	return s
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	c := append([]float64(nil), v...)
+	sort.Float64s(c)
+	if len(c)%2 == 1 {
+		return c[len(c)/2]
+	}
+	return (c[len(c)/2-1] + c[len(c)/2]) / 2
+}
