@@ -64,10 +64,10 @@ func (f *Feed) Run(ctx context.Context) {
 }
 
 // CurrentResourceVersion asks upstream for its current resourceVersion with a
-// consistent one-item list: a read that waits for the cache to reach it sees
-// every write that completed before it started.
+// consistent list that matches nothing: a read that waits for the cache to
+// reach it sees every write that completed before it started.
 func (f *Feed) CurrentResourceVersion(ctx context.Context) (uint64, error) {
-	list, err := f.res.List(ctx, f.client, metav1.ListOptions{Limit: 1})
+	list, err := f.res.ListNothing(ctx, f.client)
 	if err != nil {
 		return 0, err
 	}

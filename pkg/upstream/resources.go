@@ -16,6 +16,11 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 )
 
+// NothingNamespace is where the freshness query lists pods: a name no
+// namespace is expected to have (namespaces starting with "kube-" are
+// reserved for the system, and this one is none of its).
+const NothingNamespace = "kube-index-apiserver-no-pods"
+
 // Resource describes how one core resource is read upstream and turned into
 // the mirror type the cache stores.
 type Resource struct {
@@ -25,6 +30,10 @@ type Resource struct {
 	ExpectedType runtime.Object
 	List         func(ctx context.Context, client kubernetes.Interface, opts metav1.ListOptions) (runtime.Object, error)
 	Watch        func(ctx context.Context, client kubernetes.Interface, opts metav1.ListOptions) (watch.Interface, error)
+	// ListNothing is a consistent list of this resource that matches no
+	// object, cheap whatever the resource's size: its resourceVersion is
+	// upstream's current one.
+	ListNothing func(ctx context.Context, client kubernetes.Interface) (runtime.Object, error)
 	// Transform converts the upstream object into the mirror type, sharing its
 	// spec and status and dropping managedFields.
 	Transform func(obj interface{}) (runtime.Object, error)
@@ -45,6 +54,12 @@ var (
 		},
 		Watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
 			return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+		},
+		// A namespace no pod is in: kube-apiserver reads only that key
+		// prefix, where a cluster-wide limit=1 list costs it a pass over
+		// every pod (to count the remaining items).
+		ListNothing: func(ctx context.Context, c kubernetes.Interface) (runtime.Object, error) {
+			return c.CoreV1().Pods(NothingNamespace).List(ctx, metav1.ListOptions{Limit: 1})
 		},
 		Transform: func(obj interface{}) (runtime.Object, error) {
 			switch p := obj.(type) {
@@ -69,6 +84,10 @@ var (
 		},
 		Watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
 			return c.CoreV1().Nodes().Watch(ctx, o)
+		},
+		// Nodes are few; one item is cheap enough.
+		ListNothing: func(ctx context.Context, c kubernetes.Interface) (runtime.Object, error) {
+			return c.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
 		},
 		Transform: func(obj interface{}) (runtime.Object, error) {
 			switch n := obj.(type) {
