@@ -41,8 +41,9 @@ test-e2e:
 	go test $(GO_TEST_FLAGS) -count=1 -timeout 30m -p 1 ./test/localstack/... ./test/e2e/...
 	go run ./test/bench/cmd/bench -smoke
 
-## bench: side-by-side benchmark against kube-apiserver (test/bench/cmd/bench; 10k pods by default,
-##        BENCH_FLAGS="-apps 2500 -watchers 1000,2000" for 50k); JSON in docs/bench/, table in docs/benchmarks.md
+## bench: side-by-side benchmark against kube-apiserver (test/bench/cmd/bench; 50k pods, 3 rounds by
+##        default, about 20 minutes; BENCH_FLAGS="-apps 500 -repeat 1" for a quick 10k-pod run);
+##        JSON and PNG in docs/bench/, table in docs/benchmarks.md
 BENCH_FLAGS ?=
 bench: binaries build
 	go run ./test/bench/cmd/bench $(BENCH_FLAGS)

@@ -21,7 +21,10 @@ const (
 	DefaultSnapshotRetention = 75 * time.Second       // kube-apiserver keeps list snapshots ~75s
 	DefaultWatchBuffer       = 100                    // kube-apiserver's per-watcher channel size
 	DefaultSlowWatcherBudget = 100 * time.Millisecond // kube-apiserver's time_budget maxBudget
-	DefaultBookmarkInterval  = 10 * time.Second
+	DefaultBookmarkInterval  = time.Minute            // kube-apiserver's bookmarkFrequency
+	// housekeepingInterval paces snapshot expiry and the index size metrics,
+	// independently of how rarely bookmarks go out.
+	housekeepingInterval = 10 * time.Second
 	// maxSnapshots bounds the retained snapshots whatever their age.
 	maxSnapshots = 256
 )
@@ -143,12 +146,14 @@ func (c *Cache) ResourceVersion() uint64 {
 	return c.rv
 }
 
-// Run sends periodic bookmarks, expires snapshots and refreshes the index
-// size metrics every BookmarkInterval until stopCh closes, then stops every
-// watcher.
+// Run sends bookmarks every BookmarkInterval, and expires snapshots and
+// refreshes the index size metrics every housekeepingInterval, until stopCh
+// closes; then it stops every watcher.
 func (c *Cache) Run(stopCh <-chan struct{}) {
-	t := c.cfg.Clock.NewTicker(c.cfg.BookmarkInterval)
-	defer t.Stop()
+	bookmarks := c.cfg.Clock.NewTicker(c.cfg.BookmarkInterval)
+	defer bookmarks.Stop()
+	housekeeping := c.cfg.Clock.NewTicker(housekeepingInterval)
+	defer housekeeping.Stop()
 	for {
 		select {
 		case <-stopCh:
@@ -156,8 +161,9 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 			return
 		case <-c.stopCh:
 			return
-		case <-t.C():
+		case <-bookmarks.C():
 			c.sendBookmarks()
+		case <-housekeeping.C():
 			c.expireSnapshots()
 			c.m.setIndexValues(c.IndexStats()) // cardinality drifts with ingest
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/index-apiserver/index-apiserver/pkg/apiserver"
 	generatedopenapi "github.com/index-apiserver/index-apiserver/pkg/generated/openapi"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
 )
 
@@ -59,12 +60,12 @@ func NewOptions() *Options {
 		Policy:         policy.NewOptions(),
 		Cache: CacheOptions{
 			CacheConfig: apiserver.CacheConfig{
-				FreshnessTimeout:  3 * time.Second,
-				EventWindow:       100000,
-				SnapshotRetention: 75 * time.Second,
-				WatchBuffer:       100,
-				SlowWatcherBudget: 100 * time.Millisecond,
-				BookmarkInterval:  10 * time.Second,
+				FreshnessTimeout:  indexcache.DefaultFreshnessTimeout,
+				EventWindow:       indexcache.DefaultEventWindow,
+				SnapshotRetention: indexcache.DefaultSnapshotRetention,
+				WatchBuffer:       indexcache.DefaultWatchBuffer,
+				SlowWatcherBudget: indexcache.DefaultSlowWatcherBudget,
+				BookmarkInterval:  indexcache.DefaultBookmarkInterval,
 			},
 			UpstreamQPS:   50,
 			UpstreamBurst: 100,
