@@ -14,6 +14,7 @@ type cacheMetrics struct {
 	objects, rv, rvLag, shards       compbasemetrics.GaugeMetric
 	candidates                       compbasemetrics.ObserverMetric
 	filtered, dispatched, slowClosed compbasemetrics.CounterMetric
+	relists                          compbasemetrics.CounterMetric
 	resource                         string
 	mu                               sync.Mutex
 	indexSeries, watcherSeries       map[string]bool
@@ -31,6 +32,7 @@ func newCacheMetrics(resource string) *cacheMetrics {
 		filtered:      metrics.FilteredEvents.WithLabelValues(resource),
 		dispatched:    metrics.EventsDispatched.WithLabelValues(resource),
 		slowClosed:    metrics.SlowWatchersClosed.WithLabelValues(resource),
+		relists:       metrics.Relists.WithLabelValues(resource),
 		indexSeries:   map[string]bool{},
 		watcherSeries: map[string]bool{},
 	}

@@ -49,3 +49,18 @@ func TestContinueExpires(t *testing.T) {
 		t.Fatalf("status %+v", s)
 	}
 }
+
+// TestNegativeLimitListsEverything: kube-apiserver ignores a negative limit.
+func TestNegativeLimitListsEverything(t *testing.T) {
+	c := newTestCache(t)
+	synced(t, c, mkPod("a", "p1", "u1", 5, nil, "", ""), mkPod("a", "p2", "u2", 6, nil, "", ""), mkPod("b", "p3", "u3", 7, nil, "", ""))
+	for _, rv := range []string{"0", ""} {
+		res, err := c.List(context.Background(), ListOptions{ResourceVersion: rv, Limit: -1})
+		if err != nil {
+			t.Fatalf("rv %q: %v", rv, err)
+		}
+		if len(res.Items) != 3 || res.Continue != "" {
+			t.Fatalf("rv %q: %d items, continue %q; want all 3 and no token", rv, len(res.Items), res.Continue)
+		}
+	}
+}

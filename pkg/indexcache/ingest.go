@@ -231,6 +231,7 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 		klog.InfoS("Relist returned changes older than the cache's resourceVersion; watchers resuming from it may miss them",
 			"resource", c.resource, "oldest", changes[0].rv, "cache", c.ResourceVersion())
 	}
+	c.m.relists.Inc()
 	klog.InfoS("Index cache relisted", "resource", c.resource, "changed", len(changes), "deleted", len(gone), "resourceVersion", listRV)
 	for _, ev := range changes {
 		c.mu.Lock()

@@ -36,7 +36,7 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		return nil, err
 	}
 	if opts.Limit < 0 {
-		return nil, apierrors.NewBadRequest("limit must not be negative")
+		opts.Limit = 0 // kube-apiserver lists everything for a negative limit
 	}
 	if err := c.checkReady(); err != nil {
 		return nil, err

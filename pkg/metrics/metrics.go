@@ -79,6 +79,18 @@ var (
 		Help:           "Upstream's current resourceVersion minus the cache's, as last seen by a consistent read.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
+	// UpstreamConnected says whether the cache is connected to kube-apiserver.
+	UpstreamConnected = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "upstream_connected",
+		Help:           "1 after the cache's last list or watch request to kube-apiserver succeeded, 0 after one failed (a broken watch is retried at once); while 0, reads are served from a cache that may be stale and consistent reads fail.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	// Relists counts full relists after the first sync.
+	Relists = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Name: "cache_relists_total",
+		Help:           "Full relists from kube-apiserver after the initial one (its restart, or a 410 on the cache's watch), each turned into events for open watches.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 	// SlowWatchersClosed counts watchers closed because they did not keep up.
 	SlowWatchersClosed = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "slow_watchers_closed_total",
@@ -95,6 +107,7 @@ func Register() {
 		for _, m := range []metrics.Registerable{
 			Watchers, DispatchCandidates, WatchShards, FilteredEvents, EventsDispatched,
 			ListRequests, CacheObjects, IndexValues, CacheResourceVersion, ResourceVersionLag, SlowWatchersClosed,
+			UpstreamConnected, Relists,
 		} {
 			legacyregistry.MustRegister(m)
 		}

@@ -13,6 +13,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
 // Sink is where a Feed writes: the cache's ingest side, and its current
@@ -48,12 +51,27 @@ func (f *Feed) Connect(sink Sink, currentRV func() uint64) {
 // Run lists and watches upstream until ctx ends. The Reflector relists after
 // a 410 or an upstream restart; the cache turns the relist into events.
 func (f *Feed) Run(ctx context.Context) {
+	// A broken watch is retried at once, so a stopped kube-apiserver shows
+	// as a failed watch or list within a second.
+	connected := metrics.UpstreamConnected.WithLabelValues(indexing.Resource(f.res.Name).String()) // the cache's label
+	connected.Set(0)
+	setConnected := func(err error) {
+		if err != nil {
+			connected.Set(0)
+		} else {
+			connected.Set(1)
+		}
+	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return f.res.List(ctx, f.client, o)
+			list, err := f.res.List(ctx, f.client, o)
+			setConnected(err)
+			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return f.res.Watch(ctx, f.client, o)
+			w, err := f.res.Watch(ctx, f.client, o)
+			setConnected(err)
+			return w, err
 		},
 	}
 	r := cache.NewReflectorWithOptions(lw, f.res.ExpectedType, f.sink, cache.ReflectorOptions{

@@ -19,9 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/apimachinery/pkg/watch"
-
-	indexingv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
 )
 
 // TestDeployManifests: the kustomize base in artifacts/ is accepted by the
@@ -193,122 +190,6 @@ func TestDeployManifestContents(t *testing.T) {
 	if dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames"); !strings.Contains(strings.Join(dns, ","), "index-apiserver.index-apiserver.svc") {
 		t.Errorf("the Certificate's dnsNames %v lack index-apiserver.index-apiserver.svc", dns)
 	}
-}
-
-// TestKubeAPIServerRestart: while kube-apiserver is down for a few seconds,
-// index-apiserver keeps running and an open watch stays open; afterwards the
-// watch delivers every change made after the restart exactly once, /readyz is
-// ready, and lists agree with kube-apiserver again.
-func TestKubeAPIServerRestart(t *testing.T) {
-	ctx := context.Background()
-	admin := newClients(t, adminConfig)
-	direct := newClients(t, indexAPIServerConfig) // bypasses the aggregator, which restarts with kube-apiserver
-	ns := "restart"
-	createNamespace(t, ctx, admin, ns)
-	pods := admin.kube.CoreV1().Pods(ns)
-	for i := 0; i < 3; i++ {
-		if _, err := pods.Create(ctx, makePod(ns, fmt.Sprintf("before-%d", i), "", map[string]string{"app": "r"}), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var list *indexingv1alpha1.PodList
-	eventually(t, 10*time.Second, func() error {
-		var err error
-		list, err = direct.index.IndexingV1alpha1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err == nil && len(list.Items) != 3 {
-			err = fmt.Errorf("%d pods, want 3", len(list.Items))
-		}
-		return err
-	})
-	w, err := direct.index.IndexingV1alpha1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion, LabelSelector: "app=r"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-
-	start := time.Now()
-	restartKubeAPIServer(t, 3*time.Second)
-	t.Logf("kube-apiserver stopped, down 3s and ready again in %v", time.Since(start).Round(time.Millisecond))
-	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	start = time.Now()
-	if err := stack.WaitAPIServiceAvailable(waitCtx); err != nil {
-		t.Fatalf("APIService after the restart: %v", err)
-	}
-	t.Logf("APIService Available %v later", time.Since(start).Round(time.Millisecond))
-	start = time.Now()
-	defer func() {
-		t.Logf("watch caught up %v after the changes began", time.Since(start).Round(time.Millisecond))
-	}()
-
-	// Changes after the restart: 3 creates, 1 delete.
-	want := map[string]bool{}
-	for i := 0; i < 3; i++ {
-		p, err := pods.Create(ctx, makePod(ns, fmt.Sprintf("after-%d", i), "", map[string]string{"app": "r"}), metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[fmt.Sprintf("ADDED %s@%s", p.Name, p.ResourceVersion)] = true
-	}
-	if err := pods.Delete(ctx, "before-0", now); err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]int{}
-	deleted := false
-	deadline := time.After(30 * time.Second)
-	for !deleted || len(seen) < len(want) {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				t.Fatalf("watch closed across the restart after %v", seen)
-			}
-			switch ev.Type {
-			case watch.Bookmark:
-				continue
-			case watch.Error:
-				t.Fatalf("watch error across the restart: %v", ev.Object)
-			}
-			p := ev.Object.(*indexingv1alpha1.Pod)
-			if ev.Type == watch.Deleted && p.Name == "before-0" {
-				deleted = true
-				continue
-			}
-			if ev.Type == watch.Modified && p.Name == "before-0" {
-				continue // the deletion may first set deletionTimestamp
-			}
-			key := fmt.Sprintf("%s %s@%s", ev.Type, p.Name, p.ResourceVersion)
-			if !want[key] {
-				t.Fatalf("unexpected event %s", key)
-			}
-			if seen[key]++; seen[key] > 1 {
-				t.Fatalf("duplicated event %s", key)
-			}
-		case <-deadline:
-			t.Fatalf("after the restart the watch saw %v (deleted before-0: %v), want %v", seen, deleted, want)
-		}
-	}
-
-	if code, body := admin.get(ctx, "/readyz"); code != http.StatusOK {
-		t.Errorf("kube-apiserver /readyz: %d %s", code, body)
-	}
-	hc, err := direct.kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-	if err != nil {
-		t.Errorf("index-apiserver /readyz after the restart: %v %s", err, hc)
-	}
-	eventually(t, 10*time.Second, func() error {
-		want, code, body := admin.listAll(ctx, "/api/v1/namespaces/"+ns+"/pods", nil)
-		if code != http.StatusOK {
-			return &httpError{code, string(body)}
-		}
-		got, code, body := admin.listAll(ctx, "/apis/indexing.k8s.io/v1alpha1/namespaces/"+ns+"/pods", nil)
-		if code != http.StatusOK {
-			return &httpError{code, string(body)}
-		}
-		if d := diffItems(want, got); d != "" {
-			return fmt.Errorf("mirror differs from kube-apiserver:%s", d)
-		}
-		return nil
-	})
 }
 
 // TestSecondReplica: a second replica, as the Deployment runs, serves the same

@@ -26,13 +26,19 @@ import (
 // name{label="value",...} with the labels sorted.
 func scrape(t *testing.T) map[string]float64 {
 	t.Helper()
+	return scrapeAt(t, indexAPIServerURL)
+}
+
+// scrapeAt reads the /metrics of the index-apiserver replica at base.
+func scrapeAt(t *testing.T, base string) map[string]float64 {
+	t.Helper()
 	cfg := rest.CopyConfig(adminConfig)
-	cfg.Host = indexAPIServerURL
+	cfg.Host = base
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := hc.Get(indexAPIServerURL + "/metrics")
+	res, err := hc.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

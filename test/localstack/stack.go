@@ -332,7 +332,7 @@ func (s *Stack) up(ctx context.Context) error {
 	s.step("etcd ready", t)
 
 	t = time.Now()
-	if err := s.startKubeAPIServer(ctx); err != nil {
+	if err := s.StartKubeAPIServer(ctx); err != nil {
 		return err
 	}
 	s.step("kube-apiserver ready", t)
@@ -469,7 +469,9 @@ func (s *Stack) kubeAPIServerArgs() []string {
 	return append(args, s.KubeAPIServerArgs...)
 }
 
-func (s *Stack) startKubeAPIServer(ctx context.Context) error {
+// StartKubeAPIServer starts kube-apiserver with the stack's flags and
+// returns when it is ready.
+func (s *Stack) StartKubeAPIServer(ctx context.Context) error {
 	p, _, err := s.startProcess(KubeAPIServer, filepath.Join(s.BinDir, KubeAPIServer), s.kubeAPIServerArgs())
 	if err != nil {
 		return err
@@ -493,10 +495,8 @@ func (s *Stack) startKubeAPIServer(ctx context.Context) error {
 // would) and starts it again with the same flags, returning when it is ready.
 // With down > 0 it stays down that long first.
 func (s *Stack) RestartKubeAPIServer(ctx context.Context, down time.Duration) error {
-	if p := s.Process(KubeAPIServer); p != nil {
-		if err := p.Stop(); err != nil {
-			return err
-		}
+	if err := s.StopKubeAPIServer(); err != nil {
+		return err
 	}
 	if down > 0 {
 		select {
@@ -505,7 +505,15 @@ func (s *Stack) RestartKubeAPIServer(ctx context.Context, down time.Duration) er
 			return ctx.Err()
 		}
 	}
-	return s.startKubeAPIServer(ctx)
+	return s.StartKubeAPIServer(ctx)
+}
+
+// StopKubeAPIServer stops kube-apiserver (SIGTERM); etcd keeps running.
+func (s *Stack) StopKubeAPIServer() error {
+	if p := s.Process(KubeAPIServer); p != nil {
+		return p.Stop()
+	}
+	return nil
 }
 
 // StopProcess stops the process recorded under name (SIGTERM, then SIGKILL
