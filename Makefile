@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 BIN := _output/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all build localstack binaries up down test test-unit test-e2e bench verify codegen clean
+.PHONY: all build localstack binaries up down test test-unit test-fuzz test-e2e bench verify codegen clean
 
 all: build
 
@@ -31,10 +31,22 @@ down: localstack
 ## test: unit tests, then e2e tests against a real local control plane
 test: binaries build
 	$(MAKE) test-unit
+	$(MAKE) test-fuzz
 	$(MAKE) test-e2e
 
 test-unit:
 	go test $(GO_TEST_FLAGS) ./pkg/... ./cmd/...
+
+## test-fuzz: each fuzz target beyond its committed seed corpus for FUZZTIME (10s; go test -fuzz
+##            takes one target at a time). New crashers land in the package's testdata/fuzz/.
+FUZZTIME ?= 10s
+FUZZ_TARGETS = ./pkg/indexcache:FuzzList ./pkg/policy:FuzzValidateSpec \
+	./pkg/registry/indexing/readonly:FuzzShardSelector ./pkg/registry/indexing/readonly:FuzzListQuery
+test-fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "go test -run '^$$' -fuzz '^$${t#*:}$$' -fuzztime $(FUZZTIME) $${t%%:*}"; \
+		go test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
 
 # One package at a time: each starts its own control plane on a 2-core machine.
 test-e2e:
