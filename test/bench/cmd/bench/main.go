@@ -20,9 +20,13 @@
 // minute and fails unless every watcher got exactly its events and both
 // servers answer the same LISTs; `make test` runs it.
 //
+// Watch phases run -repeat times, each round with its own baseline; the
+// tables give the median and range, and a PNG plot of the watch CPU lands next
+// to the JSON. -pprof saves index-apiserver's CPU and heap profiles per phase.
+//
 //	go run ./test/bench/cmd/bench -smoke
-//	go run ./test/bench/cmd/bench                          # 10k pods
-//	go run ./test/bench/cmd/bench -apps 2500 -watchers 1000,2000   # 50k pods
+//	go run ./test/bench/cmd/bench                          # 50k pods, 3 rounds (~20 min)
+//	go run ./test/bench/cmd/bench -apps 500 -repeat 1      # 10k pods, one round
 package main
 
 import (
@@ -64,6 +68,11 @@ const (
 	annSeq     = "bench.indexing.k8s.io/seq"
 	annTS      = "bench.indexing.k8s.io/ts"
 	indexGroup = "/apis/indexing.k8s.io/v1alpha1"
+	// The servers a case runs against; the aggregator path goes through
+	// kube-apiserver's proxy to index-apiserver, and its CPU is both's.
+	kubeTarget       = "kube-apiserver"
+	indexTarget      = "index-apiserver"
+	aggregatorTarget = "index-apiserver (aggregator)"
 )
 
 type options struct {
@@ -227,8 +236,8 @@ type WatchResult struct {
 	P50ms      float64 `json:"p50ms"`
 	P99ms      float64 `json:"p99ms"`
 	MaxMs      float64 `json:"maxMs"`
-	// CPU of the watched server per 1k patches, and the same minus the
-	// zero-watcher baseline.
+	// CPU of the watched server (both, through the aggregator) per 1k
+	// patches, and the same minus the zero-watcher baseline.
 	ServerCPUPer1k      float64 `json:"serverCPUsPer1kEvents"`
 	ServerCPUPer1kAbove float64 `json:"serverCPUsPer1kEventsAboveBaseline"`
 	WatchErrors         int     `json:"watchErrors"`
@@ -344,11 +353,11 @@ func startStack(ctx context.Context, root string, o options) (*stackInfo, func()
 		stop()
 		return nil, nil, err
 	}
-	if s.kubePID, err = readPID(dir, "kube-apiserver"); err != nil {
+	if s.kubePID, err = readPID(dir, kubeTarget); err != nil {
 		stop()
 		return nil, nil, err
 	}
-	if s.indexPID, err = readPID(dir, "index-apiserver"); err != nil {
+	if s.indexPID, err = readPID(dir, indexTarget); err != nil {
 		stop()
 		return nil, nil, err
 	}
@@ -504,7 +513,7 @@ func phases(ctx context.Context, s *stackInfo, o options, res *Results) error {
 		name       string
 		pid        int
 		empty, now float64
-	}{{"kube-apiserver", s.kubePID, emptyKube, rssMiB(s.kubePID)}, {"index-apiserver", s.indexPID, emptyIndex, rssMiB(s.indexPID)}} {
+	}{{kubeTarget, s.kubePID, emptyKube, rssMiB(s.kubePID)}, {indexTarget, s.indexPID, emptyIndex, rssMiB(s.indexPID)}} {
 		res.RSS = append(res.RSS, RSSResult{Target: t.name, EmptyMiB: t.empty, LoadedMiB: t.now,
 			Per10kMiB: t.now / pods * 10000, DeltaPer10k: (t.now - t.empty) / pods * 10000})
 	}
@@ -541,7 +550,7 @@ func phases(ctx context.Context, s *stackInfo, o options, res *Results) error {
 		b.Round = round
 		res.Baselines = append(res.Baselines, *b)
 		for _, c := range cases {
-			for _, tgt := range []string{"kube-apiserver", "index-apiserver"} {
+			for _, tgt := range []string{kubeTarget, indexTarget, aggregatorTarget} {
 				r, err := watchPhase(ctx, s, o, tgt, c.kind, c.n, b)
 				if err != nil {
 					return fmt.Errorf("%s watch on %s with %d watchers: %w", c.kind, tgt, c.n, err)
@@ -709,9 +718,9 @@ type target struct {
 
 func listTargets(s *stackInfo) []target {
 	return []target{
-		{"kube-apiserver", s.kubeHTTP, s.kubeURL + "/api/v1"},
-		{"index-apiserver", s.indexHTTP, s.indexURL + indexGroup},
-		{"index-apiserver (aggregator)", s.kubeHTTP, s.kubeURL + indexGroup},
+		{kubeTarget, s.kubeHTTP, s.kubeURL + "/api/v1"},
+		{indexTarget, s.indexHTTP, s.indexURL + indexGroup},
+		{aggregatorTarget, s.kubeHTTP, s.kubeURL + indexGroup},
 	}
 }
 
@@ -973,10 +982,19 @@ func shardRanges(n int) [][2]string {
 
 func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, n int, b *CPUPhase) (*WatchResult, error) {
 	logf("%s watch on %s: %d watchers, %d patches/s for %v", kind, tgt, n, o.patchRate, o.patchDuration)
-	prefix, pid, baseCPU := s.kubeURL+"/api/v1", s.kubePID, b.KubeCPUPer1k
-	cfg := s.kubeCfg
-	if tgt == "index-apiserver" {
-		prefix, pid, baseCPU, cfg = s.indexURL+indexGroup, s.indexPID, b.IndexCPUPer1k, s.indexCfg
+	prefix, pids, baseCPU, cfg := s.kubeURL+"/api/v1", []int{s.kubePID}, b.KubeCPUPer1k, s.kubeCfg
+	switch tgt {
+	case indexTarget:
+		prefix, pids, baseCPU, cfg = s.indexURL+indexGroup, []int{s.indexPID}, b.IndexCPUPer1k, s.indexCfg
+	case aggregatorTarget:
+		prefix, pids, baseCPU = s.kubeURL+indexGroup, []int{s.kubePID, s.indexPID}, b.KubeCPUPer1k+b.IndexCPUPer1k
+	}
+	cpu := func() float64 {
+		sum := 0.0
+		for _, pid := range pids {
+			sum += cpuSeconds(pid)
+		}
+		return sum
 	}
 	// A consistent list gives the starting resourceVersion (and, for shard
 	// watches, every pod's uid).
@@ -1054,11 +1072,11 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 		}
 	}
 	var profiled chan error
-	if o.pprofDir != "" && tgt == "index-apiserver" && b.Round == 1 {
+	if o.pprofDir != "" && tgt == indexTarget && b.Round == 1 {
 		profiled = make(chan error, 1)
 		go func() { profiled <- profile(ctx, s, o, fmt.Sprintf("%s-%d", kind, n)) }()
 	}
-	k0 := cpuSeconds(pid)
+	k0 := cpu()
 	t0 := time.Now()
 	sent, perrs := patcher(ctx, s, o, n, pick)
 	// Drain: wait until every watcher has its events (bounded).
@@ -1087,7 +1105,7 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond) // late duplicates
-	k1 := cpuSeconds(pid)
+	k1 := cpu()
 	if profiled != nil {
 		if err := <-profiled; err != nil {
 			logf("  profile: %v", err)

@@ -91,7 +91,7 @@ func markdown(res *Results, jsonPath, plotPath string) string {
 		byKey[k][l.Target] = l
 	}
 	for _, k := range order {
-		kube, idx, agg := byKey[k]["kube-apiserver"], byKey[k]["index-apiserver"], byKey[k]["index-apiserver (aggregator)"]
+		kube, idx, agg := byKey[k][kubeTarget], byKey[k][indexTarget], byKey[k][aggregatorTarget]
 		fmt.Fprintf(&b, "| %s | %s | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %s | %.2f / %.2f |\n",
 			k.scope, k.rv, kube.P50ms, kube.P99ms, idx.P50ms, idx.P99ms, agg.P50ms, agg.P99ms, ratio(idx.P50ms, kube.P50ms), kube.KubeCPUms, idx.IndexCPUms)
 	}
@@ -102,19 +102,21 @@ func markdown(res *Results, jsonPath, plotPath string) string {
 		}
 		fmt.Fprintf(&b, "\nWATCH (each label watcher on its own app; shard watchers partition the uid hash space), %d round(s), each "+
 			"with its own zero-watcher baseline (median: kube-apiserver %.2f, index-apiserver %.2f CPU-s per 1k patches). CPU columns are the "+
-			"watched server's CPU-s per 1k events above its round's baseline: median [min–max]. Latencies are medians of the rounds' p50 and p99. "+
-			"Event counts are totals over the rounds.\n\n",
+			"watched server's CPU-s per 1k events above its round's baseline: median [min–max]; through the aggregator, kube-apiserver's "+
+			"(proxying) plus index-apiserver's. Latencies are medians of the rounds' p50 and p99. Event counts are totals over the rounds; "+
+			"missing / duplicated / unexpected are given for kube-apiserver; index-apiserver direct; through the aggregator.\n\n",
 			len(res.Baselines), median(kb), median(ib))
-		b.WriteString("| watch | watchers | events | missing / dup / unexpected (kube; index) | kube-apiserver p50 / p99 ms | index-apiserver p50 / p99 ms | CPU-s/1k above baseline kube | index | ratio CPU (medians) |\n|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| watch | watchers | events | missing / dup / unexpected | p50 / p99 ms kube | index | aggregator | CPU-s/1k above baseline kube | index | aggregator (both) | ratio CPU index / kube (medians) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range res.Summary {
-			k, x := c.Kube, c.Index
-			fmt.Fprintf(&b, "| %s | %d | %d | %d/%d/%d; %d/%d/%d | %.1f / %.1f | %.1f / %.1f | %.2f [%.2f–%.2f] | %.2f [%.2f–%.2f] | %s |\n",
-				c.Kind, c.Watchers, x.Expected, k.Missing, k.Duplicated, k.Unexpected, x.Missing, x.Duplicated, x.Unexpected,
-				k.P50ms, k.P99ms, x.P50ms, x.P99ms, k.CPUAbove, k.CPUAboveMin, k.CPUAboveMax, x.CPUAbove, x.CPUAboveMin, x.CPUAboveMax,
+			k, x, a := c.Kube, c.Index, c.Aggregator
+			fmt.Fprintf(&b, "| %s | %d | %d | %d/%d/%d; %d/%d/%d; %d/%d/%d | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.2f [%.2f–%.2f] | %.2f [%.2f–%.2f] | %.2f [%.2f–%.2f] | %s |\n",
+				c.Kind, c.Watchers, x.Expected, k.Missing, k.Duplicated, k.Unexpected, x.Missing, x.Duplicated, x.Unexpected, a.Missing, a.Duplicated, a.Unexpected,
+				k.P50ms, k.P99ms, x.P50ms, x.P99ms, a.P50ms, a.P99ms,
+				k.CPUAbove, k.CPUAboveMin, k.CPUAboveMax, x.CPUAbove, x.CPUAboveMin, x.CPUAboveMax, a.CPUAbove, a.CPUAboveMin, a.CPUAboveMax,
 				ratio(x.CPUAbove, k.CPUAbove))
 		}
 		if plotPath != "" {
-			fmt.Fprintf(&b, "\n![CPU per 1k events above baseline against watcher count, both servers](%s)\n", plotPath)
+			fmt.Fprintf(&b, "\n![CPU per 1k events above baseline against watcher count: kube-apiserver, index-apiserver direct and through the aggregator](%s)\n", plotPath)
 		}
 	}
 	if len(res.RSS) == 2 {
