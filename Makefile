@@ -54,7 +54,7 @@ test-e2e:
 	go run ./test/bench/cmd/bench -smoke
 
 ## bench: side-by-side benchmark against kube-apiserver (test/bench/cmd/bench; 50k pods, 3 rounds by
-##        default, about 20 minutes; BENCH_FLAGS="-apps 500 -repeat 1" for a quick 10k-pod run);
+##        default, about 25 minutes; BENCH_FLAGS="-apps 500 -repeat 1" for a quick 10k-pod run);
 ##        JSON and PNG in docs/bench/, table in docs/benchmarks.md
 BENCH_FLAGS ?=
 bench: binaries build

@@ -244,6 +244,17 @@ func eventKeys(evs []seenEvent) []string {
 	return out
 }
 
+// expectEvents reads len(want) events from w and fails unless they are
+// exactly want ("TYPE name@resourceVersion"), in order; what names the watch.
+func expectEvents(t *testing.T, w watch.Interface, what string, want []string) []string {
+	t.Helper()
+	got := eventKeys(nextEvents(t, w, len(want)))
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("%s delivered %v, want exactly %v", what, got, want)
+	}
+	return got
+}
+
 // TestWatchResumesOnAnotherReplica: a client watching replica A is cut off
 // when A stops; it resumes on replica B from the last resourceVersion it saw
 // and gets exactly the changes after it (those made while A was going down
@@ -269,10 +280,7 @@ func TestWatchResumesOnAnotherReplica(t *testing.T) {
 	}
 	defer wa.Stop()
 	before := podWrites(t, ctx, admin, ns, "ha", "before")
-	got := eventKeys(nextEvents(t, wa, len(before)))
-	if strings.Join(got, ",") != strings.Join(before, ",") {
-		t.Fatalf("replica A delivered %v, want %v", got, before)
-	}
+	got := expectEvents(t, wa, "replica A", before)
 	last := got[len(got)-1][strings.LastIndexByte(got[len(got)-1], '@')+1:]
 
 	if err := stack.StopProcess("index-apiserver-a"); err != nil {
@@ -296,10 +304,7 @@ func TestWatchResumesOnAnotherReplica(t *testing.T) {
 		t.Fatalf("resuming on replica B from %s: %v", last, err)
 	}
 	defer wb.Stop()
-	got = eventKeys(nextEvents(t, wb, len(after)))
-	if strings.Join(got, ",") != strings.Join(after, ",") {
-		t.Fatalf("replica B resumed from %s with %v, want exactly %v", last, got, after)
-	}
+	expectEvents(t, wb, "replica B resumed from "+last, after)
 	expectQuiet(t, wb, 2*time.Second)
 }
 
@@ -390,10 +395,7 @@ func TestCompactedResourceVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	next := podWrites(t, ctx, admin, ns, "c", "new")
-	if got := eventKeys(nextEvents(t, w, len(next))); strings.Join(got, ",") != strings.Join(next, ",") {
-		t.Fatalf("watch after the relist: %v, want %v", got, next)
-	}
+	expectEvents(t, w, "the watch after the relist", podWrites(t, ctx, admin, ns, "c", "new"))
 	expectQuiet(t, w, 2*time.Second)
 }
 
@@ -458,10 +460,7 @@ func TestSlowWatcherClosed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := "MODIFIED big@" + p.ResourceVersion
-		if got := eventKeys(nextEvents(t, w, 1))[0]; got != want {
-			t.Fatalf("change %d: the reading watcher got %s, want %s", i, got, want)
-		}
+		expectEvents(t, w, fmt.Sprintf("change %d: the reading watcher", i), []string{"MODIFIED big@" + p.ResourceVersion})
 	}
 	eventually(t, 30*time.Second, func() error {
 		if v := scrapeAt(t, base)["index_apiserver_slow_watchers_closed_total"+podsSeries]; v <= closedBefore {
