@@ -101,7 +101,7 @@ func main() {
 	flag.IntVar(&o.namespaces, "namespaces", 10, "namespaces the apps are spread over")
 	flag.IntVar(&o.apps, "apps", 2500, "apps (spark-app-selector=app-N)")
 	flag.IntVar(&o.podsPerApp, "pods-per-app", 20, "pods per app")
-	flag.IntVar(&o.listRequests, "list-requests", 300, "requests per LIST case")
+	flag.IntVar(&o.listRequests, "list-requests", 500, "requests per LIST case (the p99 needs a few hundred)")
 	flag.StringVar(&watchers, "watchers", "100,1000,2000", "watcher counts for the fan-out phase (each ≤ -apps)")
 	flag.StringVar(&shards, "shards", "16,64,1024", "shard watcher counts for the sharded watch phase (empty: skip)")
 	flag.IntVar(&o.patchRate, "patch-rate", 100, "pod patches per second during watch phases")
