@@ -485,6 +485,11 @@ func run(ctx context.Context, o options) int {
 		res.Failures = append(res.Failures, err.Error())
 	}
 	res.DurationS = time.Since(start).Seconds()
+	if ctx.Err() != nil {
+		// An interrupted run's partial tables would read as results.
+		fmt.Fprintln(os.Stderr, "bench: interrupted; nothing written")
+		return 1
+	}
 	if err := writeResults(o, res); err != nil {
 		res.Failures = append(res.Failures, "writing results: "+err.Error())
 	}
