@@ -40,7 +40,13 @@ type CacheConfig struct {
 type ExtraConfig struct {
 	// KubeClient reads the mirrored resources from kube-apiserver.
 	KubeClient kubernetes.Interface
-	Cache      CacheConfig
+	// RevisionClient reads kube-apiserver's current resourceVersion for
+	// consistent reads. It has no client-side rate limit: those requests
+	// follow client requests (coalesced to one per round trip), as the
+	// aggregator's proxying does, and kube-apiserver's priority and fairness
+	// bounds them.
+	RevisionClient kubernetes.Interface
+	Cache          CacheConfig
 	// Policy configures the IndexPolicy controller (see policy.go); nil disables it.
 	Policy *policy.Options
 	// PolicyClientConfig reaches kube-apiserver for IndexPolicies and the leader-election Lease.
@@ -156,7 +162,7 @@ func (c CompletedConfig) authenticationCAsLoaded() healthz.HealthChecker {
 }
 
 func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
-	feed := upstream.NewFeed(res, c.ExtraConfig.KubeClient)
+	feed := upstream.NewFeed(res, c.ExtraConfig.KubeClient, c.ExtraConfig.RevisionClient)
 	fields := make(map[string]indexcache.FieldFunc, len(res.Fields))
 	for name, fn := range res.Fields {
 		fields[name] = indexcache.FieldFunc(fn)

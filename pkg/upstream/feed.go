@@ -29,6 +29,8 @@ type Sink interface {
 type Feed struct {
 	res    Resource
 	client kubernetes.Interface
+	// revisions reads upstream's current resourceVersion with its own client.
+	revisions revisionReader
 
 	sink      Sink
 	currentRV func() uint64
@@ -38,9 +40,24 @@ type Feed struct {
 	probeAgain bool
 }
 
-// NewFeed returns a feed of res from client. Connect must be called before Run.
-func NewFeed(res Resource, client kubernetes.Interface) *Feed {
-	return &Feed{res: res, client: client}
+// NewFeed returns a feed of res from client; revisionClient reads upstream's
+// current resourceVersion for consistent reads (one request per round trip
+// however many wait, so it need not be rate limited on this side). Connect
+// must be called before Run.
+func NewFeed(res Resource, client, revisionClient kubernetes.Interface) *Feed {
+	f := &Feed{res: res, client: client}
+	f.revisions.read = func(ctx context.Context) (uint64, error) {
+		list, err := res.ListNothing(ctx, revisionClient)
+		if err != nil {
+			return 0, err
+		}
+		lm, err := meta.ListAccessor(list)
+		if err != nil {
+			return 0, err
+		}
+		return strconv.ParseUint(lm.GetResourceVersion(), 10, 64)
+	}
+	return f
 }
 
 // Connect names the cache the feed writes into.
@@ -85,15 +102,7 @@ func (f *Feed) Run(ctx context.Context) {
 // consistent list that matches nothing: a read that waits for the cache to
 // reach it sees every write that completed before it started.
 func (f *Feed) CurrentResourceVersion(ctx context.Context) (uint64, error) {
-	list, err := f.res.ListNothing(ctx, f.client)
-	if err != nil {
-		return 0, err
-	}
-	lm, err := meta.ListAccessor(list)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(lm.GetResourceVersion(), 10, 64)
+	return f.revisions.get(ctx)
 }
 
 // probeTimeout is the shortest watch for which kube-apiserver schedules a

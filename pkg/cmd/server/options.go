@@ -210,10 +210,17 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	revisionConfig := feedConfig
+	revisionConfig.QPS = -1 // no client-side rate limiter (see ExtraConfig.RevisionClient)
+	revisionClient, err := kubernetes.NewForConfig(&revisionConfig)
+	if err != nil {
+		return nil, err
+	}
 	return &apiserver.Config{
 		GenericConfig: cfg,
 		ExtraConfig: apiserver.ExtraConfig{
 			KubeClient:         feedClient,
+			RevisionClient:     revisionClient,
 			Cache:              o.Cache.CacheConfig,
 			Policy:             o.Policy,
 			PolicyClientConfig: cfg.ClientConfig,

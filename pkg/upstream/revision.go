@@ -1,0 +1,69 @@
+package upstream
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// revisionReadTimeout bounds one read of upstream's current resourceVersion;
+// the readers waiting for it may give up sooner with their own contexts.
+const revisionReadTimeout = 10 * time.Second
+
+// revisionReader reads upstream's current resourceVersion for consistent
+// reads. Callers that arrive while a read is in flight share the next one:
+// it starts after all of them arrived, so its answer is as new as each of
+// them needs, and upstream sees at most one such request per round trip
+// however many consistent reads are waiting.
+type revisionReader struct {
+	read func(context.Context) (uint64, error)
+
+	mu      sync.Mutex
+	next    *revisionRead // not started yet; callers arriving now join it
+	running bool
+}
+
+type revisionRead struct {
+	done chan struct{}
+	rv   uint64
+	err  error
+}
+
+func (r *revisionReader) get(ctx context.Context) (uint64, error) {
+	r.mu.Lock()
+	if r.next == nil {
+		r.next = &revisionRead{done: make(chan struct{})}
+	}
+	rd := r.next
+	if !r.running {
+		r.running = true
+		go r.loop()
+	}
+	r.mu.Unlock()
+	select {
+	case <-rd.done:
+		return rd.rv, rd.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// loop runs the pending read, then the one joined meanwhile, until none is
+// pending.
+func (r *revisionReader) loop() {
+	for {
+		r.mu.Lock()
+		rd := r.next
+		r.next = nil
+		if rd == nil {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), revisionReadTimeout)
+		rd.rv, rd.err = r.read(ctx)
+		cancel()
+		close(rd.done)
+	}
+}

@@ -1,0 +1,152 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// blockingReads is a read function whose calls each wait for a value sent
+// on answers, so a test decides when each upstream read completes.
+type blockingReads struct {
+	started chan int // the call's number, 1-based
+	answers chan uint64
+	mu      sync.Mutex
+	calls   int
+}
+
+func newBlockingReads() *blockingReads {
+	return &blockingReads{started: make(chan int, 10), answers: make(chan uint64)}
+}
+
+func (b *blockingReads) read(ctx context.Context) (uint64, error) {
+	b.mu.Lock()
+	b.calls++
+	n := b.calls
+	b.mu.Unlock()
+	b.started <- n
+	select {
+	case rv := <-b.answers:
+		if rv == 0 {
+			return 0, errors.New("upstream unavailable")
+		}
+		return rv, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+type result struct {
+	rv  uint64
+	err error
+}
+
+func getAsync(r *revisionReader, ctx context.Context) chan result {
+	ch := make(chan result, 1)
+	go func() {
+		rv, err := r.get(ctx)
+		ch <- result{rv, err}
+	}()
+	return ch
+}
+
+func waitStarted(t *testing.T, b *blockingReads, want int) {
+	t.Helper()
+	select {
+	case n := <-b.started:
+		if n != want {
+			t.Fatalf("upstream read %d started, want %d", n, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("upstream read %d did not start", want)
+	}
+}
+
+// TestRevisionReadsCoalesce: callers arriving while a read is in flight do
+// not get its answer (it may predate their writes); they share one next read.
+func TestRevisionReadsCoalesce(t *testing.T) {
+	b := newBlockingReads()
+	r := &revisionReader{read: b.read}
+	ctx := context.Background()
+
+	first := getAsync(r, ctx)
+	waitStarted(t, b, 1)
+	late := []chan result{getAsync(r, ctx), getAsync(r, ctx), getAsync(r, ctx)}
+	time.Sleep(50 * time.Millisecond) // let them join before read 1 ends
+	b.answers <- 10
+	if got := <-first; got.rv != 10 || got.err != nil {
+		t.Fatalf("first caller got %+v, want 10", got)
+	}
+	waitStarted(t, b, 2)
+	for _, ch := range late {
+		select {
+		case got := <-ch:
+			t.Fatalf("a caller that arrived during read 1 got %+v before read 2 ended", got)
+		default:
+		}
+	}
+	b.answers <- 20
+	for i, ch := range late {
+		if got := <-ch; got.rv != 20 || got.err != nil {
+			t.Fatalf("late caller %d got %+v, want 20 from the read that started after it", i, got)
+		}
+	}
+	select {
+	case n := <-b.started:
+		t.Fatalf("read %d started with nobody waiting", n)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if b.calls != 2 {
+		t.Fatalf("%d upstream reads for 4 callers, want 2", b.calls)
+	}
+
+	// Idle again: the next caller starts a read of its own.
+	again := getAsync(r, ctx)
+	waitStarted(t, b, 3)
+	b.answers <- 30
+	if got := <-again; got.rv != 30 {
+		t.Fatalf("got %+v, want 30", got)
+	}
+}
+
+// TestRevisionReadErrorsAndCancellation: a failed read fails everyone who
+// shared it; a caller whose context ends stops waiting at once and the
+// others still get the answer.
+func TestRevisionReadErrorsAndCancellation(t *testing.T) {
+	b := newBlockingReads()
+	r := &revisionReader{read: b.read}
+
+	first := getAsync(r, context.Background())
+	waitStarted(t, b, 1)
+	shared := []chan result{getAsync(r, context.Background()), getAsync(r, context.Background())}
+	time.Sleep(50 * time.Millisecond)
+	b.answers <- 7
+	<-first
+	waitStarted(t, b, 2)
+	b.answers <- 0 // read 2 fails
+	for i, ch := range shared {
+		if got := <-ch; got.err == nil || got.err.Error() != "upstream unavailable" {
+			t.Fatalf("caller %d of the failed read got %+v, want its error", i, got)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := getAsync(r, ctx)
+	stays := getAsync(r, context.Background())
+	waitStarted(t, b, 3)
+	cancel()
+	select {
+	case got := <-gone:
+		if !errors.Is(got.err, context.Canceled) {
+			t.Fatalf("cancelled caller got %+v", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a cancelled caller kept waiting for upstream")
+	}
+	b.answers <- 42
+	if got := <-stays; got.rv != 42 || got.err != nil {
+		t.Fatalf("the caller still waiting got %+v, want 42", got)
+	}
+}
