@@ -81,6 +81,7 @@ type options struct {
 	apps          int
 	podsPerApp    int
 	listRequests  int
+	listClients   int
 	watchers      []int
 	shards        []int
 	patchRate     int
@@ -102,6 +103,7 @@ func main() {
 	flag.IntVar(&o.apps, "apps", 2500, "apps (spark-app-selector=app-N)")
 	flag.IntVar(&o.podsPerApp, "pods-per-app", 20, "pods per app")
 	flag.IntVar(&o.listRequests, "list-requests", 500, "requests per LIST case (the p99 needs a few hundred)")
+	flag.IntVar(&o.listClients, "list-clients", 8, "concurrent clients of the extra namespaced consistent LIST case (1: skip it)")
 	flag.StringVar(&watchers, "watchers", "100,1000,2000", "watcher counts for the fan-out phase (each ≤ -apps)")
 	flag.StringVar(&shards, "shards", "16,64,1024", "shard watcher counts for the sharded watch phase (empty: skip)")
 	flag.IntVar(&o.patchRate, "patch-rate", 100, "pod patches per second during watch phases")
@@ -115,7 +117,7 @@ func main() {
 	flag.StringVar(&o.pprofDir, "pprof", "", "write index-apiserver CPU and heap profiles of each of its watch phases here (<kind>-<watchers>.cpu.pprof)")
 	flag.Parse()
 	if o.smoke {
-		o.namespaces, o.apps, o.podsPerApp, o.listRequests = 2, 12, 3, 10
+		o.namespaces, o.apps, o.podsPerApp, o.listRequests, o.listClients = 2, 12, 3, 10, 2
 		watchers, shards = "4,10", "4"
 		o.repeat = 1
 		o.patchRate, o.patchDuration = 40, 3*time.Second
@@ -200,13 +202,17 @@ type Load struct {
 }
 
 type ListResult struct {
-	Target   string  `json:"target"` // kube-apiserver | index-apiserver | index-apiserver (aggregator)
-	Scope    string  `json:"scope"`  // cluster | namespaced
-	RV       string  `json:"resourceVersion"`
-	Requests int     `json:"requests"`
-	P50ms    float64 `json:"p50ms"`
-	P99ms    float64 `json:"p99ms"`
-	Errors   int     `json:"errors"`
+	Target string `json:"target"` // kube-apiserver | index-apiserver | index-apiserver (aggregator)
+	Scope  string `json:"scope"`  // cluster | namespaced
+	RV     string `json:"resourceVersion"`
+	// Clients send the requests concurrently, each back to back.
+	Clients    int     `json:"clients"`
+	Requests   int     `json:"requests"`
+	P50ms      float64 `json:"p50ms"`
+	P99ms      float64 `json:"p99ms"`
+	PerSecond  float64 `json:"requestsPerSecond"`
+	Errors     int     `json:"errors"`
+	FirstError string  `json:"firstError,omitempty"`
 	// CPUSeconds is the serving process's CPU during the case (both for the
 	// aggregator path: kube-apiserver proxies).
 	KubeCPUms  float64 `json:"kubeAPIServerCPUmsPerRequest"`
@@ -775,43 +781,86 @@ func compareLists(ctx context.Context, s *stackInfo, o options) error {
 }
 
 func listPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
-	rng := rand.New(rand.NewSource(1))
+	type listCase struct {
+		scope   string
+		rv0     bool
+		clients int
+	}
+	var cases []listCase
 	for _, scope := range []string{"cluster", "namespaced"} {
-		for _, rv0 := range []bool{true, false} {
-			for _, t := range listTargets(s) {
-				if ctx.Err() != nil {
-					return
-				}
-				lat := make([]time.Duration, 0, o.listRequests)
-				errs := 0
-				k0, i0 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID)
-				for n := 0; n < o.listRequests; n++ {
-					a := rng.Intn(o.apps)
-					t0 := time.Now()
-					l, err := doList(ctx, t.client, listURL(t, o, scope, a, rv0))
-					d := time.Since(t0)
-					if err != nil || len(l.Items) != o.podsPerApp {
-						errs++
-						continue
-					}
-					lat = append(lat, d)
-				}
-				k1, i1 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID)
-				rv := "consistent"
-				if rv0 {
-					rv = "0"
-				}
-				r := ListResult{Target: t.name, Scope: scope, RV: rv, Requests: o.listRequests, Errors: errs,
-					P50ms: pct(lat, 50), P99ms: pct(lat, 99),
-					KubeCPUms: (k1 - k0) * 1000 / float64(o.listRequests), IndexCPUms: (i1 - i0) * 1000 / float64(o.listRequests)}
-				res.Lists = append(res.Lists, r)
-				logf("LIST %-10s rv=%-10s %-28s p50 %7.2f ms  p99 %7.2f ms  errors %d", scope, rv, t.name, r.P50ms, r.P99ms, errs)
-				if errs > 0 {
-					res.Failures = append(res.Failures, fmt.Sprintf("LIST %s rv=%s on %s: %d errors or wrong counts", scope, rv, t.name, errs))
-				}
+		cases = append(cases, listCase{scope, true, 1}, listCase{scope, false, 1})
+	}
+	if o.listClients > 1 {
+		cases = append(cases, listCase{"namespaced", false, o.listClients})
+	}
+	for _, c := range cases {
+		for _, t := range listTargets(s) {
+			if ctx.Err() != nil {
+				return
+			}
+			r := runListCase(ctx, s, o, t, c.scope, c.rv0, c.clients)
+			res.Lists = append(res.Lists, r)
+			logf("LIST %-10s rv=%-10s clients=%-2d %-28s p50 %7.2f ms  p99 %7.2f ms  %6.0f req/s  errors %d",
+				c.scope, r.RV, c.clients, t.name, r.P50ms, r.P99ms, r.PerSecond, r.Errors)
+			if r.Errors > 0 {
+				res.Failures = append(res.Failures, fmt.Sprintf("LIST %s rv=%s clients=%d on %s: %d errors or wrong counts (first: %s)",
+					c.scope, r.RV, c.clients, t.name, r.Errors, r.FirstError))
 			}
 		}
 	}
+}
+
+// runListCase sends o.listRequests label LISTs of random apps to t, from
+// clients concurrent clients that each send their share back to back.
+func runListCase(ctx context.Context, s *stackInfo, o options, t target, scope string, rv0 bool, clients int) ListResult {
+	var (
+		mu       sync.Mutex
+		lat      = make([]time.Duration, 0, o.listRequests)
+		errs     int
+		firstErr string
+		wg       sync.WaitGroup
+	)
+	k0, i0 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID)
+	start := time.Now()
+	for c := 0; c < clients; c++ {
+		n := o.listRequests / clients
+		if c < o.listRequests%clients {
+			n++
+		}
+		wg.Add(1)
+		go func(rng *rand.Rand, n int) {
+			defer wg.Done()
+			for ; n > 0 && ctx.Err() == nil; n-- {
+				a := rng.Intn(o.apps)
+				t0 := time.Now()
+				l, err := doList(ctx, t.client, listURL(t, o, scope, a, rv0))
+				d := time.Since(t0)
+				if err == nil && len(l.Items) != o.podsPerApp {
+					err = fmt.Errorf("%s: %d pods, want %d", appName(a), len(l.Items), o.podsPerApp)
+				}
+				mu.Lock()
+				if err != nil {
+					if errs == 0 {
+						firstErr = err.Error()
+					}
+					errs++
+				} else {
+					lat = append(lat, d)
+				}
+				mu.Unlock()
+			}
+		}(rand.New(rand.NewSource(int64(c+1))), n)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	k1, i1 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID)
+	rv := "consistent"
+	if rv0 {
+		rv = "0"
+	}
+	return ListResult{Target: t.name, Scope: scope, RV: rv, Clients: clients, Requests: o.listRequests, Errors: errs, FirstError: firstErr,
+		P50ms: pct(lat, 50), P99ms: pct(lat, 99), PerSecond: float64(len(lat)) / elapsed.Seconds(),
+		KubeCPUms: (k1 - k0) * 1000 / float64(o.listRequests), IndexCPUms: (i1 - i0) * 1000 / float64(o.listRequests)}
 }
 
 func pct(d []time.Duration, p int) float64 {

@@ -78,12 +78,15 @@ func markdown(res *Results, jsonPath, plotPath string) string {
 		fmt.Fprintf(&b, " **Failures:** %s.", strings.Join(res.Failures, "; "))
 	}
 	b.WriteString("\n\nLIST by `spark-app-selector=app-N` (ms; ratio = index-apiserver direct / kube-apiserver):\n\n")
-	b.WriteString("| scope | resourceVersion | kube-apiserver p50 / p99 | index-apiserver p50 / p99 | via aggregator p50 / p99 | ratio p50 (direct) | CPU ms/req kube / index |\n|---|---|---|---|---|---|---|\n")
-	type key struct{ scope, rv string }
+	b.WriteString("| scope | resourceVersion | kube-apiserver p50 / p99 | index-apiserver p50 / p99 | via aggregator p50 / p99 | ratio p50 (direct) | CPU ms/req kube / index | req/s kube / index / aggregator |\n|---|---|---|---|---|---|---|---|\n")
+	type key struct {
+		scope, rv string
+		clients   int
+	}
 	byKey := map[key]map[string]ListResult{}
 	var order []key
 	for _, l := range res.Lists {
-		k := key{l.Scope, l.RV}
+		k := key{l.Scope, l.RV, l.Clients}
 		if byKey[k] == nil {
 			byKey[k] = map[string]ListResult{}
 			order = append(order, k)
@@ -92,8 +95,13 @@ func markdown(res *Results, jsonPath, plotPath string) string {
 	}
 	for _, k := range order {
 		kube, idx, agg := byKey[k][kubeTarget], byKey[k][indexTarget], byKey[k][aggregatorTarget]
-		fmt.Fprintf(&b, "| %s | %s | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %s | %.2f / %.2f |\n",
-			k.scope, k.rv, kube.P50ms, kube.P99ms, idx.P50ms, idx.P99ms, agg.P50ms, agg.P99ms, ratio(idx.P50ms, kube.P50ms), kube.KubeCPUms, idx.IndexCPUms)
+		rv := k.rv
+		if k.clients > 1 {
+			rv += fmt.Sprintf(", %d clients at once", k.clients)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %s | %.2f / %.2f | %.0f / %.0f / %.0f |\n",
+			k.scope, rv, kube.P50ms, kube.P99ms, idx.P50ms, idx.P99ms, agg.P50ms, agg.P99ms, ratio(idx.P50ms, kube.P50ms), kube.KubeCPUms, idx.IndexCPUms,
+			kube.PerSecond, idx.PerSecond, agg.PerSecond)
 	}
 	if len(res.Summary) > 0 {
 		var kb, ib []float64
