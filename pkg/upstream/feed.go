@@ -100,7 +100,8 @@ func (f *Feed) Run(ctx context.Context) {
 
 // CurrentResourceVersion asks upstream for its current resourceVersion with a
 // consistent list that matches nothing: a read that waits for the cache to
-// reach it sees every write that completed before it started.
+// reach it sees every write that completed before it started. Callers that
+// arrive while a read is in flight share the next one (revisionReader).
 func (f *Feed) CurrentResourceVersion(ctx context.Context) (uint64, error) {
 	return f.revisions.get(ctx)
 }
