@@ -28,25 +28,26 @@ import (
 
 // CacheConfig tunes the index caches; zero values take the cache's defaults.
 type CacheConfig struct {
-	FreshnessTimeout  time.Duration
-	EventWindow       int
-	SnapshotRetention time.Duration
-	WatchBuffer       int
-	SlowWatcherBudget time.Duration
-	BookmarkInterval  time.Duration
+	FreshnessTimeout       time.Duration
+	ConsistentReadFallback time.Duration
+	EventWindow            int
+	SnapshotRetention      time.Duration
+	WatchBuffer            int
+	SlowWatcherBudget      time.Duration
+	BookmarkInterval       time.Duration
 }
 
 // ExtraConfig is what index-apiserver adds to the generic server's config.
 type ExtraConfig struct {
 	// KubeClient reads the mirrored resources from kube-apiserver.
 	KubeClient kubernetes.Interface
-	// RevisionClient reads kube-apiserver's current resourceVersion for
-	// consistent reads. It has no client-side rate limit: those requests
-	// follow client requests (coalesced to one per round trip), as the
-	// aggregator's proxying does, and kube-apiserver's priority and fairness
-	// bounds them.
-	RevisionClient kubernetes.Interface
-	Cache          CacheConfig
+	// ReadClient serves the upstream reads that follow client requests:
+	// kube-apiserver's current resourceVersion for consistent reads (shared
+	// per round trip) and consistent reads answered upstream. It has no
+	// client-side rate limit, as the aggregator's proxying has none;
+	// kube-apiserver's priority and fairness bounds them.
+	ReadClient kubernetes.Interface
+	Cache      CacheConfig
 	// Policy configures the IndexPolicy controller (see policy.go); nil disables it.
 	Policy *policy.Options
 	// PolicyClientConfig reaches kube-apiserver for IndexPolicies and the leader-election Lease.
@@ -162,7 +163,7 @@ func (c CompletedConfig) authenticationCAsLoaded() healthz.HealthChecker {
 }
 
 func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
-	feed := upstream.NewFeed(res, c.ExtraConfig.KubeClient, c.ExtraConfig.RevisionClient)
+	feed := upstream.NewFeed(res, c.ExtraConfig.KubeClient, c.ExtraConfig.ReadClient)
 	fields := make(map[string]indexcache.FieldFunc, len(res.Fields))
 	for name, fn := range res.Fields {
 		fields[name] = indexcache.FieldFunc(fn)
@@ -177,6 +178,8 @@ func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
 		AlwaysIndexedFields:    res.AlwaysIndexed,
 		CurrentResourceVersion: func(ctx context.Context) (uint64, error) { return feed.CurrentResourceVersion(ctx) },
 		RequestProgress:        feed.RequestProgress,
+		ReadUpstream:           feed.ReadUpstream,
+		ConsistentReadFallback: cc.ConsistentReadFallback,
 		FreshnessTimeout:       cc.FreshnessTimeout,
 		EventWindow:            cc.EventWindow,
 		SnapshotRetention:      cc.SnapshotRetention,

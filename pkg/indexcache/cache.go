@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/btree"
 	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 )
@@ -28,6 +29,11 @@ const (
 	// maxSnapshots bounds the retained snapshots whatever their age.
 	maxSnapshots = 256
 )
+
+// DefaultConsistentReadFallback is the server's default for
+// Config.ConsistentReadFallback (whose zero value always waits): pod events
+// already on their way arrive within it, a bookmark does not.
+const DefaultConsistentReadFallback = 50 * time.Millisecond
 
 // Cache is the indexed watch cache of one resource.
 //
@@ -186,7 +192,24 @@ func (c *Cache) Stop() {
 // Get returns one object. resourceVersion "" reads consistently, "0" any
 // state, "N" a state at least as new as N.
 func (c *Cache) Get(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error) {
-	if err := c.waitFresh(ctx, resourceVersion); err != nil {
+	if resourceVersion == "" {
+		if err := c.checkReady(); err != nil {
+			return nil, err
+		}
+		q := upstreamRead{namespace: namespace, field: "metadata.name=" + fields.EscapeValue(name)}
+		entries, _, fromUpstream, err := c.readConsistent(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		if fromUpstream {
+			for _, e := range entries {
+				if e.name == name && e.namespace == namespace {
+					return e.obj, nil
+				}
+			}
+			return nil, errors.NewNotFound(c.cfg.GroupResource, name)
+		}
+	} else if err := c.waitFresh(ctx, resourceVersion); err != nil {
 		return nil, err
 	}
 	c.mu.RLock()

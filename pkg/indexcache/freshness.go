@@ -3,9 +3,11 @@ package indexcache
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
 )
 
 // setRVLocked advances the resourceVersion (never back) and wakes readers
@@ -55,8 +57,13 @@ func (c *Cache) waitFresh(ctx context.Context, resourceVersion string) error {
 // wait it asks the feeder once for a progress notification, which is how a
 // quiet resource proves it is up to date.
 func (c *Cache) waitFor(ctx context.Context, rv uint64) error {
+	return c.waitUntil(ctx, rv, true)
+}
+
+// waitUntil is waitFor; askProgress false when the caller already asked.
+func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool) error {
 	var timeout <-chan time.Time
-	asked := false
+	asked := !askProgress
 	for {
 		c.mu.RLock()
 		cur, changed := c.rv, c.rvChanged
@@ -89,14 +96,81 @@ func (c *Cache) waitConsistent(ctx context.Context) error {
 	if c.cfg.CurrentResourceVersion == nil {
 		return nil
 	}
+	rv, err := c.upstreamRV(ctx)
+	if err != nil {
+		return err
+	}
+	return c.waitFor(ctx, rv)
+}
+
+// upstreamRV reads upstream's current resourceVersion for a consistent read.
+func (c *Cache) upstreamRV(ctx context.Context) (uint64, error) {
 	rv, err := c.cfg.CurrentResourceVersion(ctx)
 	if err != nil {
-		return errors.NewServiceUnavailable(fmt.Sprintf("cannot read the current resourceVersion from kube-apiserver: %v", err))
+		return 0, errors.NewServiceUnavailable(fmt.Sprintf("cannot read the current resourceVersion from kube-apiserver: %v", err))
 	}
 	lag := 0.0
 	if cur := c.ResourceVersion(); rv > cur {
 		lag = float64(rv - cur)
 	}
 	c.m.rvLag.Set(lag)
-	return c.waitFor(ctx, rv)
+	return rv, nil
+}
+
+// upstreamRead is a consistent read as Config.ReadUpstream takes it.
+type upstreamRead struct {
+	namespace, label, field string
+	limit                   int64
+}
+
+// readConsistent is waitConsistent for reads upstream can answer too. When
+// the cache has not caught up within ConsistentReadFallback (upstream's
+// resourceVersion moved through other resources, and the proof that this one
+// has no newer events is a bookmark up to a second away), it asks upstream
+// and returns its answer, sorted by key, if that answer is complete and at
+// least as new; otherwise it goes on waiting. fromUpstream false means the
+// cache is fresh: serve from it.
+func (c *Cache) readConsistent(ctx context.Context, q upstreamRead) (entries []*entry, rv uint64, fromUpstream bool, err error) {
+	if c.cfg.CurrentResourceVersion == nil {
+		return nil, 0, false, nil
+	}
+	want, err := c.upstreamRV(ctx)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if c.cfg.ReadUpstream == nil || c.cfg.ConsistentReadFallback <= 0 {
+		return nil, 0, false, c.waitFor(ctx, want)
+	}
+	budget, cancel := context.WithTimeout(ctx, c.cfg.ConsistentReadFallback)
+	err = c.waitUntil(budget, want, true)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return nil, 0, false, err
+	}
+	if entries, rv, ok := c.askUpstream(ctx, q, want); ok {
+		return entries, rv, true, nil
+	}
+	// The progress request went out in the first wait.
+	return nil, 0, false, c.waitUntil(ctx, want, false)
+}
+
+func (c *Cache) askUpstream(ctx context.Context, q upstreamRead, atLeast uint64) ([]*entry, uint64, bool) {
+	objs, rv, complete, err := c.cfg.ReadUpstream(ctx, q.namespace, q.label, q.field, q.limit)
+	if err != nil || !complete || rv < atLeast {
+		klog.V(4).InfoS("Consistent read waits for the cache: upstream's answer does not do",
+			"resource", c.cfg.GroupResource, "complete", complete, "resourceVersion", rv, "want", atLeast, "err", err)
+		return nil, 0, false
+	}
+	entries := make([]*entry, 0, len(objs))
+	for _, o := range objs {
+		e, err := c.newEntry(o)
+		if err != nil {
+			klog.V(2).InfoS("Consistent read waits for the cache: upstream sent an unusable object", "resource", c.cfg.GroupResource, "err", err)
+			return nil, 0, false
+		}
+		entries = append(entries, e)
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].key < entries[j].key })
+	c.m.upstreamReads.Inc()
+	return entries, rv, true
 }

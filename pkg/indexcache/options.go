@@ -50,6 +50,18 @@ type Config struct {
 	// resourceVersion (see UpdateResourceVersion).
 	RequestProgress func()
 
+	// ReadUpstream, if set, answers a consistent read at upstream: the objects
+	// of namespace ("" for all) matching the label and field selectors
+	// (strings upstream parses), at most limit of them (0: no limit),
+	// transformed like ingested objects, at upstream's list resourceVersion;
+	// complete is false when upstream has more. See ConsistentReadFallback.
+	ReadUpstream func(ctx context.Context, namespace, label, field string, limit int64) (objs []runtime.Object, rv uint64, complete bool, err error)
+	// ConsistentReadFallback is how long a consistent GET or single-page LIST
+	// waits for the cache to prove itself fresh before it asks ReadUpstream
+	// instead. When upstream's resourceVersion moved through other resources,
+	// the proof is a bookmark that kube-apiserver sends on a one-second tick.
+	// 0 always waits.
+	ConsistentReadFallback time.Duration
 	// FreshnessTimeout bounds the wait of consistent and NotOlderThan reads.
 	FreshnessTimeout time.Duration
 	// EventWindow is the most events kept for watch replay (and for Exact

@@ -91,6 +91,12 @@ var (
 		Help:           "Full relists from kube-apiserver after the initial one (its restart, or a 410 on the cache's watch), each turned into events for open watches.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
+	// UpstreamReads counts consistent reads answered by kube-apiserver.
+	UpstreamReads = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Name: "consistent_reads_from_upstream_total",
+		Help:           "Consistent reads (a LIST's single page or a GET) answered with a consistent read at kube-apiserver, because the cache could not prove itself fresh within --consistent-read-fallback.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 	// SlowWatchersClosed counts watchers closed because they did not keep up.
 	SlowWatchersClosed = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "slow_watchers_closed_total",
@@ -107,7 +113,7 @@ func Register() {
 		for _, m := range []metrics.Registerable{
 			Watchers, DispatchCandidates, WatchShards, FilteredEvents, EventsDispatched,
 			ListRequests, CacheObjects, IndexValues, CacheResourceVersion, ResourceVersionLag, SlowWatchersClosed,
-			UpstreamConnected, Relists,
+			UpstreamConnected, Relists, UpstreamReads,
 		} {
 			legacyregistry.MustRegister(m)
 		}

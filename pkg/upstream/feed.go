@@ -29,8 +29,10 @@ type Sink interface {
 type Feed struct {
 	res    Resource
 	client kubernetes.Interface
-	// revisions reads upstream's current resourceVersion with its own client.
-	revisions revisionReader
+	// readClient serves reads that follow client requests: the current
+	// resourceVersion (revisions) and ReadUpstream.
+	readClient kubernetes.Interface
+	revisions  revisionReader
 
 	sink      Sink
 	currentRV func() uint64
@@ -40,14 +42,15 @@ type Feed struct {
 	probeAgain bool
 }
 
-// NewFeed returns a feed of res from client; revisionClient reads upstream's
-// current resourceVersion for consistent reads (one request per round trip
-// however many wait, so it need not be rate limited on this side). Connect
-// must be called before Run.
-func NewFeed(res Resource, client, revisionClient kubernetes.Interface) *Feed {
-	f := &Feed{res: res, client: client}
+// NewFeed returns a feed of res from client. readClient serves the reads
+// that follow client requests (upstream's current resourceVersion, shared
+// per round trip, and ReadUpstream); kube-apiserver's priority and fairness
+// bounds them, so it need not be rate limited on this side. Connect must be
+// called before Run.
+func NewFeed(res Resource, client, readClient kubernetes.Interface) *Feed {
+	f := &Feed{res: res, client: client, readClient: readClient}
 	f.revisions.read = func(ctx context.Context) (uint64, error) {
-		list, err := res.ListNothing(ctx, revisionClient)
+		list, err := res.ListNothing(ctx, readClient)
 		if err != nil {
 			return 0, err
 		}
@@ -81,7 +84,7 @@ func (f *Feed) Run(ctx context.Context) {
 	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			list, err := f.res.List(ctx, f.client, o)
+			list, err := f.res.List(ctx, f.client, metav1.NamespaceAll, o)
 			setConnected(err)
 			return list, err
 		},
@@ -104,6 +107,35 @@ func (f *Feed) Run(ctx context.Context) {
 // arrive while a read is in flight share the next one (revisionReader).
 func (f *Feed) CurrentResourceVersion(ctx context.Context) (uint64, error) {
 	return f.revisions.get(ctx)
+}
+
+// ReadUpstream answers a consistent read at upstream (see
+// indexcache.Config.ReadUpstream): the objects of namespace matching the
+// selectors, at most limit, transformed like the cache's own.
+func (f *Feed) ReadUpstream(ctx context.Context, namespace, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
+	list, err := f.res.List(ctx, f.readClient, namespace, metav1.ListOptions{LabelSelector: label, FieldSelector: field, Limit: limit})
+	if err != nil {
+		return nil, 0, false, err
+	}
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	rv, err := strconv.ParseUint(lm.GetResourceVersion(), 10, 64)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	objs := make([]runtime.Object, len(items))
+	for i, it := range items {
+		if objs[i], err = f.res.Transform(it); err != nil {
+			return nil, 0, false, err
+		}
+	}
+	return objs, rv, lm.GetContinue() == "", nil
 }
 
 // probeTimeout is the shortest watch for which kube-apiserver schedules a

@@ -28,8 +28,9 @@ type Resource struct {
 	Namespaced bool
 	// ExpectedType is what the upstream list and watch return.
 	ExpectedType runtime.Object
-	List         func(ctx context.Context, client kubernetes.Interface, opts metav1.ListOptions) (runtime.Object, error)
-	Watch        func(ctx context.Context, client kubernetes.Interface, opts metav1.ListOptions) (watch.Interface, error)
+	// List lists in namespace ("" all; ignored for cluster-scoped resources).
+	List  func(ctx context.Context, client kubernetes.Interface, namespace string, opts metav1.ListOptions) (runtime.Object, error)
+	Watch func(ctx context.Context, client kubernetes.Interface, opts metav1.ListOptions) (watch.Interface, error)
 	// ListNothing is a consistent list of this resource that matches no
 	// object, cheap whatever the resource's size: its resourceVersion is
 	// upstream's current one.
@@ -49,8 +50,8 @@ var (
 		Name:         "pods",
 		Namespaced:   true,
 		ExpectedType: &corev1.Pod{},
-		List: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (runtime.Object, error) {
-			return c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, o)
+		List: func(ctx context.Context, c kubernetes.Interface, namespace string, o metav1.ListOptions) (runtime.Object, error) {
+			return c.CoreV1().Pods(namespace).List(ctx, o)
 		},
 		Watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
 			return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
@@ -79,7 +80,7 @@ var (
 	Nodes = Resource{
 		Name:         "nodes",
 		ExpectedType: &corev1.Node{},
-		List: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (runtime.Object, error) {
+		List: func(ctx context.Context, c kubernetes.Interface, _ string, o metav1.ListOptions) (runtime.Object, error) {
 			return c.CoreV1().Nodes().List(ctx, o)
 		},
 		Watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -71,5 +72,55 @@ func TestConcurrentConsistentReads(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestConsistentReadAnsweredUpstream: right after a write to another
+// resource, index-apiserver cannot prove its pods cache fresh without a
+// bookmark up to a second away, so a consistent GET or single-page LIST is
+// answered with a consistent read at kube-apiserver instead: the same
+// objects at the same resourceVersions as kube-apiserver's own answer.
+func TestConsistentReadAnsweredUpstream(t *testing.T) {
+	ctx := context.Background()
+	admin := newClients(t, adminConfig)
+	direct := newClients(t, indexAPIServerConfig)
+	ns := "consistent-upstream"
+	createNamespace(t, ctx, admin, ns)
+	for i := 0; i < 3; i++ {
+		if _, err := admin.kube.CoreV1().Pods(ns).Create(ctx, makePod(ns, fmt.Sprintf("p-%d", i), "", map[string]string{"app": "up"}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	metric := "index_apiserver_consistent_reads_from_upstream_total" + podsSeries
+	before := scrapeAt(t, indexAPIServerURL)[metric]
+	query := map[string]string{"labelSelector": "app=up"}
+	for i := 0; i < 5; i++ {
+		// Move the resourceVersion on without a pod event.
+		if _, err := admin.kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bump-%d", i)}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, code, body := direct.listAll(ctx, "/apis/indexing.k8s.io/v1alpha1/namespaces/"+ns+"/pods", query)
+		if code != http.StatusOK {
+			t.Fatalf("consistent list: %d %s", code, body)
+		}
+		want, code, body := admin.listAll(ctx, "/api/v1/namespaces/"+ns+"/pods", query)
+		if code != http.StatusOK {
+			t.Fatalf("kube-apiserver list: %d %s", code, body)
+		}
+		if d := diffItems(want, got); d != "" {
+			t.Fatalf("consistent list differs from kube-apiserver's:\n%s", d)
+		}
+		p, err := direct.index.IndexingV1alpha1().Pods(ns).Get(ctx, "p-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("consistent get: %v", err)
+		}
+		if k, err := admin.kube.CoreV1().Pods(ns).Get(ctx, "p-1", metav1.GetOptions{}); err != nil || k.ResourceVersion != p.ResourceVersion || k.UID != p.UID {
+			t.Fatalf("consistent get returned %s@%s, kube-apiserver %v", p.UID, p.ResourceVersion, err)
+		}
+	}
+	// Each read found the cache behind; a bookmark may have beaten the
+	// fallback now and then, not every time.
+	if after := scrapeAt(t, indexAPIServerURL)[metric]; after <= before {
+		t.Fatalf("%s stayed at %v: no consistent read was answered upstream", metric, after)
 	}
 }

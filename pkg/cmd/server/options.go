@@ -60,12 +60,13 @@ func NewOptions() *Options {
 		Policy:         policy.NewOptions(),
 		Cache: CacheOptions{
 			CacheConfig: apiserver.CacheConfig{
-				FreshnessTimeout:  indexcache.DefaultFreshnessTimeout,
-				EventWindow:       indexcache.DefaultEventWindow,
-				SnapshotRetention: indexcache.DefaultSnapshotRetention,
-				WatchBuffer:       indexcache.DefaultWatchBuffer,
-				SlowWatcherBudget: indexcache.DefaultSlowWatcherBudget,
-				BookmarkInterval:  indexcache.DefaultBookmarkInterval,
+				FreshnessTimeout:       indexcache.DefaultFreshnessTimeout,
+				ConsistentReadFallback: indexcache.DefaultConsistentReadFallback,
+				EventWindow:            indexcache.DefaultEventWindow,
+				SnapshotRetention:      indexcache.DefaultSnapshotRetention,
+				WatchBuffer:            indexcache.DefaultWatchBuffer,
+				SlowWatcherBudget:      indexcache.DefaultSlowWatcherBudget,
+				BookmarkInterval:       indexcache.DefaultBookmarkInterval,
 			},
 			UpstreamQPS:   50,
 			UpstreamBurst: 100,
@@ -97,6 +98,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 func (c *CacheOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.FreshnessTimeout, "freshness-timeout", c.FreshnessTimeout,
 		"How long a consistent or resourceVersion=N read waits for the cache to catch up with kube-apiserver before it fails with 504.")
+	fs.DurationVar(&c.ConsistentReadFallback, "consistent-read-fallback", c.ConsistentReadFallback,
+		"How long a consistent GET or single-page LIST waits for the cache to prove it is fresh before it is answered with a consistent read at kube-apiserver instead "+
+			"(the proof can take a second when other resources changed more recently than this one); 0 always waits.")
 	fs.IntVar(&c.EventWindow, "watch-event-window", c.EventWindow,
 		"How many recent events each cache keeps so watches can resume from a resourceVersion; older ones get 410 Gone.")
 	fs.DurationVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention,
@@ -124,6 +128,9 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.Policy.Validate()...)
 	if o.Cache.EventWindow < 1 {
 		errs = append(errs, fmt.Errorf("--watch-event-window must be positive"))
+	}
+	if o.Cache.ConsistentReadFallback < 0 {
+		errs = append(errs, fmt.Errorf("--consistent-read-fallback must not be negative"))
 	}
 	if o.Cache.WatchBuffer < 1 {
 		errs = append(errs, fmt.Errorf("--watch-buffer must be positive"))
@@ -210,9 +217,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	revisionConfig := feedConfig
-	revisionConfig.QPS = -1 // no client-side rate limiter (see ExtraConfig.RevisionClient)
-	revisionClient, err := kubernetes.NewForConfig(&revisionConfig)
+	readConfig := feedConfig
+	readConfig.QPS = -1 // no client-side rate limiter (see ExtraConfig.ReadClient)
+	readClient, err := kubernetes.NewForConfig(&readConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +227,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		GenericConfig: cfg,
 		ExtraConfig: apiserver.ExtraConfig{
 			KubeClient:         feedClient,
-			RevisionClient:     revisionClient,
+			ReadClient:         readClient,
 			Cache:              o.Cache.CacheConfig,
 			Policy:             o.Policy,
 			PolicyClientConfig: cfg.ClientConfig,

@@ -1,0 +1,177 @@
+package indexcache
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+)
+
+// fakeUpstream answers ReadUpstream and records what it was asked.
+type fakeUpstream struct {
+	mu       sync.Mutex
+	objs     []*indexing.Pod
+	rv       uint64
+	complete bool
+	err      error
+	asked    []upstreamRead
+}
+
+func (f *fakeUpstream) read(_ context.Context, namespace, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, upstreamRead{namespace: namespace, label: label, field: field, limit: limit})
+	out := make([]runtime.Object, len(f.objs))
+	for i, p := range f.objs {
+		out[i] = p
+	}
+	return out, f.rv, f.complete, f.err
+}
+
+func (f *fakeUpstream) calls() []upstreamRead {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]upstreamRead(nil), f.asked...)
+}
+
+// upstreamCache is a synced cache at resourceVersion 10 whose upstream is
+// at 50 through writes to other resources: it cannot prove itself fresh
+// until something calls UpdateResourceVersion.
+func upstreamCache(t *testing.T, up *fakeUpstream) *Cache {
+	cfg := testConfig()
+	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 50, nil }
+	cfg.ReadUpstream = up.read
+	cfg.ConsistentReadFallback = 20 * time.Millisecond
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	synced(t, c,
+		mkPod("ns", "a1", "u1", 3, map[string]string{"app": "a"}, "n1", ""),
+		mkPod("ns", "a2", "u2", 4, map[string]string{"app": "a"}, "n2", ""),
+		mkPod("ns", "b1", "u3", 5, map[string]string{"app": "b"}, "n1", ""))
+	return c
+}
+
+func itemKeys(items []runtime.Object) []string {
+	var out []string
+	for _, o := range items {
+		p := o.(*indexing.Pod)
+		out = append(out, p.Namespace+"/"+p.Name+"@"+p.ResourceVersion)
+	}
+	return out
+}
+
+// TestConsistentReadFromUpstream: a consistent LIST or GET that the cache
+// cannot prove fresh within the fallback is answered from upstream's
+// consistent read, with the field selector applied here, at upstream's
+// resourceVersion.
+func TestConsistentReadFromUpstream(t *testing.T) {
+	up := &fakeUpstream{rv: 52, complete: true, objs: []*indexing.Pod{
+		// upstream has a newer a1 (moved to n2) and a new a3; a2 is gone
+		mkPod("ns", "a3", "u4", 49, map[string]string{"app": "a"}, "n2", ""),
+		mkPod("ns", "a1", "u1", 47, map[string]string{"app": "a"}, "n2", ""),
+	}}
+	c := upstreamCache(t, up)
+	ctx := context.Background()
+
+	res, err := c.List(ctx, ListOptions{Namespace: "ns", Label: labels.SelectorFromSet(labels.Set{"app": "a"}),
+		Field: fields.OneTermEqualSelector("spec.nodeName", "n2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := itemKeys(res.Items); len(got) != 2 || got[0] != "ns/a1@47" || got[1] != "ns/a3@49" {
+		t.Fatalf("items %v, want upstream's a1@47 and a3@49 in key order", got)
+	}
+	if res.ResourceVersion != 52 || res.Continue != "" || res.Index != "upstream" {
+		t.Fatalf("list rv %d continue %q index %q, want 52, none, upstream", res.ResourceVersion, res.Continue, res.Index)
+	}
+	if got := up.calls(); len(got) != 1 || got[0] != (upstreamRead{namespace: "ns", label: "app=a", limit: upstreamPageLimit}) {
+		t.Fatalf("asked upstream %+v", got)
+	}
+
+	if _, err := c.List(ctx, ListOptions{Limit: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if got := up.calls(); got[1] != (upstreamRead{limit: 7}) {
+		t.Fatalf("a limited list asked upstream %+v, want its limit", got[1])
+	}
+
+	obj, err := c.Get(ctx, "ns", "a1", "")
+	if err != nil || obj.(*indexing.Pod).ResourceVersion != "47" {
+		t.Fatalf("get: %v %v, want upstream's a1@47", obj, err)
+	}
+	if got := up.calls(); got[2] != (upstreamRead{namespace: "ns", field: "metadata.name=a1"}) {
+		t.Fatalf("get asked upstream %+v", got[2])
+	}
+	if _, err := c.Get(ctx, "ns", "a2", ""); !apierrors.IsNotFound(err) {
+		t.Fatalf("get of an object upstream no longer has: %v, want 404", err)
+	}
+
+	// Reads that name a resourceVersion never go upstream.
+	if res, err := c.List(ctx, ListOptions{ResourceVersion: "0"}); err != nil || res.ResourceVersion != 10 {
+		t.Fatalf("rv=0 list: %v %v", res, err)
+	}
+	if n := len(up.calls()); n != 4 {
+		t.Fatalf("%d upstream reads, want 4", n)
+	}
+}
+
+// TestConsistentReadWaitsWhenUpstreamCannotAnswer: an incomplete, older or
+// failed upstream answer is not used; the read waits for the cache as
+// before and is served from it once it has caught up.
+func TestConsistentReadWaitsWhenUpstreamCannotAnswer(t *testing.T) {
+	for name, up := range map[string]*fakeUpstream{
+		"more pages": {rv: 52, complete: false},
+		"older":      {rv: 40, complete: true},
+		"error":      {err: errors.New("connection refused")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := upstreamCache(t, up)
+			go func() {
+				time.Sleep(100 * time.Millisecond)
+				c.Ingest().UpdateResourceVersion("50") // the bookmark
+			}()
+			res, err := c.List(context.Background(), ListOptions{Label: labels.SelectorFromSet(labels.Set{"app": "a"})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Index == "upstream" || res.ResourceVersion < 50 {
+				t.Fatalf("served %q at %d, want the cache at 50", res.Index, res.ResourceVersion)
+			}
+			if got := itemKeys(res.Items); len(got) != 2 {
+				t.Fatalf("items %v, want the cache's a1 and a2", got)
+			}
+			if len(up.calls()) != 1 {
+				t.Fatalf("asked upstream %d times, want once", len(up.calls()))
+			}
+		})
+	}
+}
+
+// TestConsistentReadFreshCacheStaysLocal: when the cache reaches upstream's
+// resourceVersion within the fallback, upstream is not asked.
+func TestConsistentReadFreshCacheStaysLocal(t *testing.T) {
+	up := &fakeUpstream{rv: 52, complete: true}
+	c := upstreamCache(t, up)
+	c.Ingest().UpdateResourceVersion("50")
+	res, err := c.List(context.Background(), ListOptions{})
+	if err != nil || res.Index == "upstream" || len(res.Items) != 3 {
+		t.Fatalf("list: %v %v", res, err)
+	}
+	if _, err := c.Get(context.Background(), "ns", "b1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(up.calls()); n != 0 {
+		t.Fatalf("asked upstream %d times for a fresh cache", n)
+	}
+}
