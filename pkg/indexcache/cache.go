@@ -52,6 +52,12 @@ type Cache struct {
 	ingestMu sync.Mutex
 	dispatch dispatcher // guarded by ingestMu
 
+	// behind: since when consistent reads have found the cache short of
+	// upstream's resourceVersion (target), for their shared fallback budget.
+	behindMu     sync.Mutex
+	behindSince  time.Time
+	behindTarget uint64
+
 	mu        sync.RWMutex
 	cloneMu   sync.Mutex // btree Clone writes to the source tree: one at a time
 	tree      *btree.BTreeG[*entry]

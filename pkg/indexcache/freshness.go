@@ -141,17 +141,39 @@ func (c *Cache) readConsistent(ctx context.Context, q upstreamRead) (entries []*
 	if c.cfg.ReadUpstream == nil || c.cfg.ConsistentReadFallback <= 0 {
 		return nil, 0, false, c.waitFor(ctx, want)
 	}
-	budget, cancel := context.WithTimeout(ctx, c.cfg.ConsistentReadFallback)
-	err = c.waitUntil(budget, want, true)
-	cancel()
-	if err == nil || ctx.Err() != nil {
-		return nil, 0, false, err
+	if c.ResourceVersion() >= want {
+		return nil, 0, false, nil
+	}
+	if budget := c.fallbackBudget(want); budget > 0 {
+		bctx, cancel := context.WithTimeout(ctx, budget)
+		err = c.waitUntil(bctx, want, true)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return nil, 0, false, err
+		}
+	} else if c.cfg.RequestProgress != nil {
+		c.cfg.RequestProgress() // keep the proof coming for the reads after this one
 	}
 	if entries, rv, ok := c.askUpstream(ctx, q, want); ok {
 		return entries, rv, true, nil
 	}
 	// The progress request went out in the first wait.
 	return nil, 0, false, c.waitUntil(ctx, want, false)
+}
+
+// fallbackBudget is how long a read for want may still wait for the cache
+// before asking upstream: ConsistentReadFallback counted from when a read
+// first found the cache behind, so the reads that arrive while the cache
+// waits for a bookmark do not each wait the whole budget again.
+func (c *Cache) fallbackBudget(want uint64) time.Duration {
+	now := c.cfg.Clock.Now()
+	cur := c.ResourceVersion()
+	c.behindMu.Lock()
+	defer c.behindMu.Unlock()
+	if c.behindSince.IsZero() || cur >= c.behindTarget {
+		c.behindSince, c.behindTarget = now, want
+	}
+	return c.cfg.ConsistentReadFallback - now.Sub(c.behindSince)
 }
 
 func (c *Cache) askUpstream(ctx context.Context, q upstreamRead, atLeast uint64) ([]*entry, uint64, bool) {

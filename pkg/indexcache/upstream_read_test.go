@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 )
@@ -173,5 +174,36 @@ func TestConsistentReadFreshCacheStaysLocal(t *testing.T) {
 	}
 	if n := len(up.calls()); n != 0 {
 		t.Fatalf("asked upstream %d times for a fresh cache", n)
+	}
+}
+
+// TestFallbackBudgetIsShared: reads that find the cache behind while an
+// earlier read already waited share what is left of the budget; once the
+// cache caught up with that read's target, a new episode starts afresh.
+func TestFallbackBudgetIsShared(t *testing.T) {
+	cfg := testConfig()
+	clk := testingclock.NewFakeClock(time.Now())
+	cfg.Clock = clk
+	cfg.ConsistentReadFallback = 50 * time.Millisecond
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	synced(t, c) // at 10
+	if b := c.fallbackBudget(20); b != 50*time.Millisecond {
+		t.Fatalf("first read behind: budget %v, want all of it", b)
+	}
+	clk.Step(30 * time.Millisecond)
+	if b := c.fallbackBudget(25); b != 20*time.Millisecond {
+		t.Fatalf("a read 30ms later: budget %v, want the 20ms left", b)
+	}
+	clk.Step(time.Second)
+	if b := c.fallbackBudget(30); b > 0 {
+		t.Fatalf("a read while the cache is still behind: budget %v, want none", b)
+	}
+	c.Ingest().UpdateResourceVersion("20") // caught up with the first target
+	if b := c.fallbackBudget(40); b != 50*time.Millisecond {
+		t.Fatalf("a read after the cache caught up: budget %v, want all of it", b)
 	}
 }
