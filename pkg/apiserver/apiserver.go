@@ -30,6 +30,7 @@ import (
 type CacheConfig struct {
 	FreshnessTimeout       time.Duration
 	ConsistentReadFallback time.Duration
+	MaxUpstreamReads       int
 	EventWindow            int
 	SnapshotRetention      time.Duration
 	WatchBuffer            int
@@ -180,6 +181,7 @@ func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
 		RequestProgress:        feed.RequestProgress,
 		ReadUpstream:           feed.ReadUpstream,
 		ConsistentReadFallback: cc.ConsistentReadFallback,
+		MaxUpstreamReads:       cc.MaxUpstreamReads,
 		FreshnessTimeout:       cc.FreshnessTimeout,
 		EventWindow:            cc.EventWindow,
 		SnapshotRetention:      cc.SnapshotRetention,

@@ -35,6 +35,9 @@ const (
 // already on their way arrive within it, a bookmark does not.
 const DefaultConsistentReadFallback = 50 * time.Millisecond
 
+// DefaultMaxUpstreamReads is the server's default for Config.MaxUpstreamReads.
+const DefaultMaxUpstreamReads = 2
+
 // Cache is the indexed watch cache of one resource.
 //
 // Locking: ingestMu serializes every change with its delivery to watchers,
@@ -57,6 +60,8 @@ type Cache struct {
 	behindMu     sync.Mutex
 	behindSince  time.Time
 	behindTarget uint64
+	// upstreamSlots holds one token per consistent read being answered upstream.
+	upstreamSlots chan struct{}
 
 	mu        sync.RWMutex
 	cloneMu   sync.Mutex // btree Clone writes to the source tree: one at a time
@@ -128,6 +133,7 @@ func New(cfg Config) (*Cache, error) {
 		snapshots: map[uint64]*snapshot{},
 		stopCh:    make(chan struct{}),
 	}
+	c.upstreamSlots = make(chan struct{}, max(cfg.MaxUpstreamReads, 1))
 	for name := range cfg.Fields {
 		c.fieldNames = append(c.fieldNames, name)
 	}

@@ -154,8 +154,16 @@ func (c *Cache) readConsistent(ctx context.Context, q upstreamRead) (entries []*
 	} else if c.cfg.RequestProgress != nil {
 		c.cfg.RequestProgress() // keep the proof coming for the reads after this one
 	}
-	if entries, rv, ok := c.askUpstream(ctx, q, want); ok {
-		return entries, rv, true, nil
+	select {
+	case c.upstreamSlots <- struct{}{}:
+		entries, rv, ok := c.askUpstream(ctx, q, want)
+		<-c.upstreamSlots
+		if ok {
+			return entries, rv, true, nil
+		}
+	default:
+		// As many reads as allowed are at upstream; this one waits for the
+		// cache, as every read did before the fallback.
 	}
 	// The progress request went out in the first wait.
 	return nil, 0, false, c.waitUntil(ctx, want, false)

@@ -62,6 +62,10 @@ type Config struct {
 	// the proof is a bookmark that kube-apiserver sends on a one-second tick.
 	// 0 always waits.
 	ConsistentReadFallback time.Duration
+	// MaxUpstreamReads caps the consistent reads ReadUpstream answers at a
+	// time (at least 1); a read that finds them all busy waits for the cache,
+	// so many concurrent readers cost upstream little more than one.
+	MaxUpstreamReads int
 	// FreshnessTimeout bounds the wait of consistent and NotOlderThan reads.
 	FreshnessTimeout time.Duration
 	// EventWindow is the most events kept for watch replay (and for Exact

@@ -207,3 +207,54 @@ func TestFallbackBudgetIsShared(t *testing.T) {
 		t.Fatalf("a read after the cache caught up: budget %v, want all of it", b)
 	}
 }
+
+// TestUpstreamReadsAreCapped: with every upstream slot taken, a read that
+// cannot prove the cache fresh waits for the cache instead of adding load
+// upstream.
+func TestUpstreamReadsAreCapped(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	up := &fakeUpstream{rv: 52, complete: true}
+	cfg := testConfig()
+	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 50, nil }
+	cfg.ConsistentReadFallback = time.Millisecond
+	cfg.MaxUpstreamReads = 1
+	cfg.ReadUpstream = func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
+		entered <- struct{}{}
+		<-release
+		return up.read(ctx, ns, label, field, limit)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	synced(t, c, mkPod("ns", "a1", "u1", 3, nil, "", ""))
+
+	first := make(chan error, 1)
+	go func() {
+		res, err := c.List(context.Background(), ListOptions{})
+		if err == nil && res.Index != "upstream" {
+			err = errors.New("the first read was not answered upstream")
+		}
+		first <- err
+	}()
+	<-entered // the only slot is taken
+	second := make(chan *ListResult, 1)
+	go func() {
+		res, err := c.List(context.Background(), ListOptions{})
+		if err != nil {
+			t.Error(err)
+		}
+		second <- res
+	}()
+	time.Sleep(50 * time.Millisecond) // well past the 1ms budget
+	c.Ingest().UpdateResourceVersion("50")
+	if res := <-second; res == nil || res.Index == "upstream" || res.ResourceVersion != 50 {
+		t.Fatalf("the second read: %+v, want it served by the cache at 50", res)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}

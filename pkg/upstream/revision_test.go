@@ -132,10 +132,16 @@ func TestRevisionReadErrorsAndCancellation(t *testing.T) {
 		}
 	}
 
+	// Both callers join read 4 while read 3 is in flight, so they share it.
+	blocker := getAsync(r, context.Background())
+	waitStarted(t, b, 3)
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := getAsync(r, ctx)
 	stays := getAsync(r, context.Background())
-	waitStarted(t, b, 3)
+	time.Sleep(50 * time.Millisecond)
+	b.answers <- 9
+	<-blocker
+	waitStarted(t, b, 4)
 	cancel()
 	select {
 	case got := <-gone:

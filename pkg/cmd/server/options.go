@@ -62,6 +62,7 @@ func NewOptions() *Options {
 			CacheConfig: apiserver.CacheConfig{
 				FreshnessTimeout:       indexcache.DefaultFreshnessTimeout,
 				ConsistentReadFallback: indexcache.DefaultConsistentReadFallback,
+				MaxUpstreamReads:       indexcache.DefaultMaxUpstreamReads,
 				EventWindow:            indexcache.DefaultEventWindow,
 				SnapshotRetention:      indexcache.DefaultSnapshotRetention,
 				WatchBuffer:            indexcache.DefaultWatchBuffer,
@@ -101,6 +102,8 @@ func (c *CacheOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ConsistentReadFallback, "consistent-read-fallback", c.ConsistentReadFallback,
 		"How long a consistent GET or single-page LIST waits for the cache to prove it is fresh before it is answered with a consistent read at kube-apiserver instead "+
 			"(the proof can take a second when other resources changed more recently than this one); 0 always waits.")
+	fs.IntVar(&c.MaxUpstreamReads, "max-upstream-reads", c.MaxUpstreamReads,
+		"Most consistent reads per resource answered at kube-apiserver at a time (see --consistent-read-fallback); the others wait for the cache.")
 	fs.IntVar(&c.EventWindow, "watch-event-window", c.EventWindow,
 		"How many recent events each cache keeps so watches can resume from a resourceVersion; older ones get 410 Gone.")
 	fs.DurationVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention,
@@ -131,6 +134,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Cache.ConsistentReadFallback < 0 {
 		errs = append(errs, fmt.Errorf("--consistent-read-fallback must not be negative"))
+	}
+	if o.Cache.MaxUpstreamReads < 1 {
+		errs = append(errs, fmt.Errorf("--max-upstream-reads must be positive"))
 	}
 	if o.Cache.WatchBuffer < 1 {
 		errs = append(errs, fmt.Errorf("--watch-buffer must be positive"))
