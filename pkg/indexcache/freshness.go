@@ -62,6 +62,13 @@ func (c *Cache) waitFor(ctx context.Context, rv uint64) error {
 
 // waitUntil is waitFor; askProgress false when the caller already asked.
 func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool) error {
+	_, err := c.waitUntilOrSlot(ctx, rv, askProgress, nil)
+	return err
+}
+
+// waitUntilOrSlot is waitUntil that also returns, with slot true, as soon as
+// it could put a token into slots (nil: never).
+func (c *Cache) waitUntilOrSlot(ctx context.Context, rv uint64, askProgress bool, slots chan struct{}) (slot bool, err error) {
 	var timeout <-chan time.Time
 	asked := !askProgress
 	for {
@@ -69,7 +76,7 @@ func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool) erro
 		cur, changed := c.rv, c.rvChanged
 		c.mu.RUnlock()
 		if cur >= rv {
-			return nil
+			return false, nil
 		}
 		if timeout == nil {
 			t := c.cfg.Clock.NewTimer(c.cfg.FreshnessTimeout)
@@ -82,10 +89,12 @@ func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool) erro
 		}
 		select {
 		case <-changed:
+		case slots <- struct{}{}:
+			return true, nil
 		case <-timeout:
-			return errTooLargeRV(rv, cur)
+			return false, errTooLargeRV(rv, cur)
 		case <-ctx.Done():
-			return errors.NewTimeoutError(fmt.Sprintf("request ended while waiting for resource version %d: %v", rv, ctx.Err()), 1)
+			return false, errors.NewTimeoutError(fmt.Sprintf("request ended while waiting for resource version %d: %v", rv, ctx.Err()), 1)
 		}
 	}
 }
@@ -154,18 +163,18 @@ func (c *Cache) readConsistent(ctx context.Context, q upstreamRead) (entries []*
 	} else if c.cfg.RequestProgress != nil {
 		c.cfg.RequestProgress() // keep the proof coming for the reads after this one
 	}
-	select {
-	case c.upstreamSlots <- struct{}{}:
-		entries, rv, ok := c.askUpstream(ctx, q, want)
-		<-c.upstreamSlots
-		if ok {
-			return entries, rv, true, nil
-		}
-	default:
-		// As many reads as allowed are at upstream; this one waits for the
-		// cache, as every read did before the fallback.
+	// At most MaxUpstreamReads reads are at upstream at a time; the others
+	// wait for a free slot or the cache, whichever comes first. (The
+	// progress request went out in the first wait.)
+	slot, err := c.waitUntilOrSlot(ctx, want, false, c.upstreamSlots)
+	if err != nil || !slot {
+		return nil, 0, false, err
 	}
-	// The progress request went out in the first wait.
+	entries, rv, ok := c.askUpstream(ctx, q, want)
+	<-c.upstreamSlots
+	if ok {
+		return entries, rv, true, nil
+	}
 	return nil, 0, false, c.waitUntil(ctx, want, false)
 }
 

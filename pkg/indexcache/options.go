@@ -63,8 +63,9 @@ type Config struct {
 	// 0 always waits.
 	ConsistentReadFallback time.Duration
 	// MaxUpstreamReads caps the consistent reads ReadUpstream answers at a
-	// time (at least 1); a read that finds them all busy waits for the cache,
-	// so many concurrent readers cost upstream little more than one.
+	// time (at least 1); a read that finds them all busy waits for a free one
+	// or for the cache, whichever comes first, so many concurrent readers
+	// load upstream like MaxUpstreamReads sequential clients.
 	MaxUpstreamReads int
 	// FreshnessTimeout bounds the wait of consistent and NotOlderThan reads.
 	FreshnessTimeout time.Duration

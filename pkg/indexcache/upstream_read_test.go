@@ -209,8 +209,8 @@ func TestFallbackBudgetIsShared(t *testing.T) {
 }
 
 // TestUpstreamReadsAreCapped: with every upstream slot taken, a read that
-// cannot prove the cache fresh waits for the cache instead of adding load
-// upstream.
+// cannot prove the cache fresh does not add load upstream; the cache
+// catching up answers it.
 func TestUpstreamReadsAreCapped(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
@@ -256,5 +256,53 @@ func TestUpstreamReadsAreCapped(t *testing.T) {
 	close(release)
 	if err := <-first; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUpstreamReadsTakeTurns: reads that find every slot taken get a turn
+// when one frees, before the cache catches up, and no more than
+// MaxUpstreamReads are at upstream at once.
+func TestUpstreamReadsTakeTurns(t *testing.T) {
+	const readers, slots = 6, 2
+	up := &fakeUpstream{rv: 52, complete: true}
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	cfg := testConfig()
+	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 50, nil }
+	cfg.ConsistentReadFallback = time.Millisecond
+	cfg.MaxUpstreamReads = slots
+	cfg.ReadUpstream = func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return up.read(ctx, ns, label, field, limit)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	synced(t, c, mkPod("ns", "a1", "u1", 3, nil, "", ""))
+
+	var wg sync.WaitGroup
+	for range readers {
+		wg.Go(func() {
+			res, err := c.List(context.Background(), ListOptions{})
+			if err != nil || res.Index != "upstream" || res.ResourceVersion != 52 {
+				t.Errorf("got %+v, %v; want it answered upstream at 52", res, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(up.calls()); n != readers {
+		t.Fatalf("%d upstream reads for %d readers", n, readers)
+	}
+	if most > slots {
+		t.Fatalf("%d upstream reads at once, want at most %d", most, slots)
 	}
 }

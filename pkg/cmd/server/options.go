@@ -103,7 +103,7 @@ func (c *CacheOptions) AddFlags(fs *pflag.FlagSet) {
 		"How long a consistent GET or single-page LIST waits for the cache to prove it is fresh before it is answered with a consistent read at kube-apiserver instead "+
 			"(the proof can take a second when other resources changed more recently than this one); 0 always waits.")
 	fs.IntVar(&c.MaxUpstreamReads, "max-upstream-reads", c.MaxUpstreamReads,
-		"Most consistent reads per resource answered at kube-apiserver at a time (see --consistent-read-fallback); the others wait for the cache.")
+		"Most consistent reads per resource answered at kube-apiserver at a time (see --consistent-read-fallback); the others wait for a free turn or for the cache, whichever comes first.")
 	fs.IntVar(&c.EventWindow, "watch-event-window", c.EventWindow,
 		"How many recent events each cache keeps so watches can resume from a resourceVersion; older ones get 410 Gone.")
 	fs.DurationVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention,
