@@ -208,6 +208,23 @@ func TestFallbackBudgetIsShared(t *testing.T) {
 	}
 }
 
+// slottedCache is a synced cache at resourceVersion 3 behind its upstream
+// (at 50) with a 1 ms fallback budget and maxReads upstream slots.
+func slottedCache(t *testing.T, maxReads int, read func(context.Context, string, string, string, int64) ([]runtime.Object, uint64, bool, error)) *Cache {
+	cfg := testConfig()
+	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 50, nil }
+	cfg.ConsistentReadFallback = time.Millisecond
+	cfg.MaxUpstreamReads = maxReads
+	cfg.ReadUpstream = read
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	synced(t, c, mkPod("ns", "a1", "u1", 3, nil, "", ""))
+	return c
+}
+
 // TestUpstreamReadsAreCapped: with every upstream slot taken, a read that
 // cannot prove the cache fresh does not add load upstream; the cache
 // catching up answers it.
@@ -215,21 +232,11 @@ func TestUpstreamReadsAreCapped(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
 	up := &fakeUpstream{rv: 52, complete: true}
-	cfg := testConfig()
-	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 50, nil }
-	cfg.ConsistentReadFallback = time.Millisecond
-	cfg.MaxUpstreamReads = 1
-	cfg.ReadUpstream = func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
+	c := slottedCache(t, 1, func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
 		entered <- struct{}{}
 		<-release
 		return up.read(ctx, ns, label, field, limit)
-	}
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	synced(t, c, mkPod("ns", "a1", "u1", 3, nil, "", ""))
+	})
 
 	first := make(chan error, 1)
 	go func() {
@@ -267,11 +274,7 @@ func TestUpstreamReadsTakeTurns(t *testing.T) {
 	up := &fakeUpstream{rv: 52, complete: true}
 	var mu sync.Mutex
 	inFlight, most := 0, 0
-	cfg := testConfig()
-	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 50, nil }
-	cfg.ConsistentReadFallback = time.Millisecond
-	cfg.MaxUpstreamReads = slots
-	cfg.ReadUpstream = func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
+	c := slottedCache(t, slots, func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
 		mu.Lock()
 		inFlight++
 		most = max(most, inFlight)
@@ -281,13 +284,7 @@ func TestUpstreamReadsTakeTurns(t *testing.T) {
 		inFlight--
 		mu.Unlock()
 		return up.read(ctx, ns, label, field, limit)
-	}
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	synced(t, c, mkPod("ns", "a1", "u1", 3, nil, "", ""))
+	})
 
 	var wg sync.WaitGroup
 	for range readers {
