@@ -123,4 +123,21 @@ func TestConsistentReadAnsweredUpstream(t *testing.T) {
 	if after := scrapeAt(t, indexAPIServerURL)[metric]; after <= before {
 		t.Fatalf("%s stayed at %v: no consistent read was answered upstream", metric, after)
 	}
+
+	// An informer's start: a consistent list (likely answered upstream, at a
+	// resourceVersion the cache has not reached), then a watch from its
+	// resourceVersion gets exactly the changes after it.
+	if _, err := admin.kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bump-watch"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := direct.index.IndexingV1alpha1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := direct.index.IndexingV1alpha1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: "app=up", ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	expectEvents(t, w, "the watch from the consistent list's resourceVersion", podWrites(t, ctx, admin, ns, "up", "later"))
 }
