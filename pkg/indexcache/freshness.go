@@ -57,18 +57,14 @@ func (c *Cache) waitFresh(ctx context.Context, resourceVersion string) error {
 // wait it asks the feeder once for a progress notification, which is how a
 // quiet resource proves it is up to date.
 func (c *Cache) waitFor(ctx context.Context, rv uint64) error {
-	return c.waitUntil(ctx, rv, true)
-}
-
-// waitUntil is waitFor; askProgress false when the caller already asked.
-func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool) error {
-	_, err := c.waitUntilOrSlot(ctx, rv, askProgress, nil)
+	_, err := c.waitUntil(ctx, rv, true, nil)
 	return err
 }
 
-// waitUntilOrSlot is waitUntil that also returns, with slot true, as soon as
-// it could put a token into slots (nil: never).
-func (c *Cache) waitUntilOrSlot(ctx context.Context, rv uint64, askProgress bool, slots chan struct{}) (slot bool, err error) {
+// waitUntil is waitFor (askProgress false when the caller already asked)
+// that also returns, with slot true, as soon as it could put a token into
+// slots (nil: never).
+func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool, slots chan struct{}) (slot bool, err error) {
 	var timeout <-chan time.Time
 	asked := !askProgress
 	for {
@@ -140,22 +136,19 @@ type upstreamRead struct {
 // least as new; otherwise it goes on waiting. fromUpstream false means the
 // cache is fresh: serve from it.
 func (c *Cache) readConsistent(ctx context.Context, q upstreamRead) (entries []*entry, rv uint64, fromUpstream bool, err error) {
-	if c.cfg.CurrentResourceVersion == nil {
-		return nil, 0, false, nil
+	if c.cfg.CurrentResourceVersion == nil || c.cfg.ReadUpstream == nil || c.cfg.ConsistentReadFallback <= 0 {
+		return nil, 0, false, c.waitConsistent(ctx)
 	}
 	want, err := c.upstreamRV(ctx)
 	if err != nil {
 		return nil, 0, false, err
-	}
-	if c.cfg.ReadUpstream == nil || c.cfg.ConsistentReadFallback <= 0 {
-		return nil, 0, false, c.waitFor(ctx, want)
 	}
 	if c.ResourceVersion() >= want {
 		return nil, 0, false, nil
 	}
 	if budget := c.fallbackBudget(want); budget > 0 {
 		bctx, cancel := context.WithTimeout(ctx, budget)
-		err = c.waitUntil(bctx, want, true)
+		err = c.waitFor(bctx, want)
 		cancel()
 		if err == nil || ctx.Err() != nil {
 			return nil, 0, false, err
@@ -166,7 +159,7 @@ func (c *Cache) readConsistent(ctx context.Context, q upstreamRead) (entries []*
 	// At most MaxUpstreamReads reads are at upstream at a time; the others
 	// wait for a free slot or the cache, whichever comes first. (The
 	// progress request went out in the first wait.)
-	slot, err := c.waitUntilOrSlot(ctx, want, false, c.upstreamSlots)
+	slot, err := c.waitUntil(ctx, want, false, c.upstreamSlots)
 	if err != nil || !slot {
 		return nil, 0, false, err
 	}
@@ -175,7 +168,8 @@ func (c *Cache) readConsistent(ctx context.Context, q upstreamRead) (entries []*
 	if ok {
 		return entries, rv, true, nil
 	}
-	return nil, 0, false, c.waitUntil(ctx, want, false)
+	_, err = c.waitUntil(ctx, want, false, nil)
+	return nil, 0, false, err
 }
 
 // fallbackBudget is how long a read for want may still wait for the cache

@@ -45,12 +45,14 @@ func (f *fakeUpstream) calls() []upstreamRead {
 
 // upstreamCache is a synced cache at resourceVersion 10 whose upstream is
 // at 50 through writes to other resources: it cannot prove itself fresh
-// until something calls UpdateResourceVersion.
-func upstreamCache(t *testing.T, up *fakeUpstream) *Cache {
+// until something calls UpdateResourceVersion. read answers its upstream
+// reads after fallback, at most maxReads at a time.
+func upstreamCache(t *testing.T, read func(context.Context, string, string, string, int64) ([]runtime.Object, uint64, bool, error), fallback time.Duration, maxReads int) *Cache {
 	cfg := testConfig()
 	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 50, nil }
-	cfg.ReadUpstream = up.read
-	cfg.ConsistentReadFallback = 20 * time.Millisecond
+	cfg.ReadUpstream = read
+	cfg.ConsistentReadFallback = fallback
+	cfg.MaxUpstreamReads = maxReads
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +84,7 @@ func TestConsistentReadFromUpstream(t *testing.T) {
 		mkPod("ns", "a3", "u4", 49, map[string]string{"app": "a"}, "n2", ""),
 		mkPod("ns", "a1", "u1", 47, map[string]string{"app": "a"}, "n2", ""),
 	}}
-	c := upstreamCache(t, up)
+	c := upstreamCache(t, up.read, 20*time.Millisecond, DefaultMaxUpstreamReads)
 	ctx := context.Background()
 
 	res, err := c.List(ctx, ListOptions{Namespace: "ns", Label: labels.SelectorFromSet(labels.Set{"app": "a"}),
@@ -137,7 +139,7 @@ func TestConsistentReadWaitsWhenUpstreamCannotAnswer(t *testing.T) {
 		"error":      {err: errors.New("connection refused")},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c := upstreamCache(t, up)
+			c := upstreamCache(t, up.read, 20*time.Millisecond, DefaultMaxUpstreamReads)
 			go func() {
 				time.Sleep(100 * time.Millisecond)
 				c.Ingest().UpdateResourceVersion("50") // the bookmark
@@ -163,7 +165,7 @@ func TestConsistentReadWaitsWhenUpstreamCannotAnswer(t *testing.T) {
 // resourceVersion within the fallback, upstream is not asked.
 func TestConsistentReadFreshCacheStaysLocal(t *testing.T) {
 	up := &fakeUpstream{rv: 52, complete: true}
-	c := upstreamCache(t, up)
+	c := upstreamCache(t, up.read, 20*time.Millisecond, DefaultMaxUpstreamReads)
 	c.Ingest().UpdateResourceVersion("50")
 	res, err := c.List(context.Background(), ListOptions{})
 	if err != nil || res.Index == "upstream" || len(res.Items) != 3 {
@@ -208,23 +210,6 @@ func TestFallbackBudgetIsShared(t *testing.T) {
 	}
 }
 
-// slottedCache is a synced cache at resourceVersion 3 behind its upstream
-// (at 50) with a 1 ms fallback budget and maxReads upstream slots.
-func slottedCache(t *testing.T, maxReads int, read func(context.Context, string, string, string, int64) ([]runtime.Object, uint64, bool, error)) *Cache {
-	cfg := testConfig()
-	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 50, nil }
-	cfg.ConsistentReadFallback = time.Millisecond
-	cfg.MaxUpstreamReads = maxReads
-	cfg.ReadUpstream = read
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	synced(t, c, mkPod("ns", "a1", "u1", 3, nil, "", ""))
-	return c
-}
-
 // TestUpstreamReadsAreCapped: with every upstream slot taken, a read that
 // cannot prove the cache fresh does not add load upstream; the cache
 // catching up answers it.
@@ -232,11 +217,11 @@ func TestUpstreamReadsAreCapped(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
 	up := &fakeUpstream{rv: 52, complete: true}
-	c := slottedCache(t, 1, func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
+	c := upstreamCache(t, func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
 		entered <- struct{}{}
 		<-release
 		return up.read(ctx, ns, label, field, limit)
-	})
+	}, time.Millisecond, 1)
 
 	first := make(chan error, 1)
 	go func() {
@@ -274,7 +259,7 @@ func TestUpstreamReadsTakeTurns(t *testing.T) {
 	up := &fakeUpstream{rv: 52, complete: true}
 	var mu sync.Mutex
 	inFlight, most := 0, 0
-	c := slottedCache(t, slots, func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
+	c := upstreamCache(t, func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
 		mu.Lock()
 		inFlight++
 		most = max(most, inFlight)
@@ -284,7 +269,7 @@ func TestUpstreamReadsTakeTurns(t *testing.T) {
 		inFlight--
 		mu.Unlock()
 		return up.read(ctx, ns, label, field, limit)
-	})
+	}, time.Millisecond, slots)
 
 	var wg sync.WaitGroup
 	for range readers {

@@ -54,13 +54,20 @@ func NewFeed(res Resource, client, readClient kubernetes.Interface) *Feed {
 		if err != nil {
 			return 0, err
 		}
-		lm, err := meta.ListAccessor(list)
-		if err != nil {
-			return 0, err
-		}
-		return strconv.ParseUint(lm.GetResourceVersion(), 10, 64)
+		rv, _, err := listMeta(list)
+		return rv, err
 	}
 	return f
+}
+
+// listMeta is a list's resourceVersion and whether upstream has more pages.
+func listMeta(list runtime.Object) (rv uint64, more bool, err error) {
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return 0, false, err
+	}
+	rv, err = strconv.ParseUint(lm.GetResourceVersion(), 10, 64)
+	return rv, lm.GetContinue() != "", err
 }
 
 // Connect names the cache the feed writes into.
@@ -117,11 +124,7 @@ func (f *Feed) ReadUpstream(ctx context.Context, namespace, label, field string,
 	if err != nil {
 		return nil, 0, false, err
 	}
-	lm, err := meta.ListAccessor(list)
-	if err != nil {
-		return nil, 0, false, err
-	}
-	rv, err := strconv.ParseUint(lm.GetResourceVersion(), 10, 64)
+	rv, more, err := listMeta(list)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -135,7 +138,7 @@ func (f *Feed) ReadUpstream(ctx context.Context, namespace, label, field string,
 			return nil, 0, false, err
 		}
 	}
-	return objs, rv, lm.GetContinue() == "", nil
+	return objs, rv, !more, nil
 }
 
 // probeTimeout is the shortest watch for which kube-apiserver schedules a
