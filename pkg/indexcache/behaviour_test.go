@@ -433,7 +433,7 @@ func TestConsistentReadAsksForProgress(t *testing.T) {
 	var c *Cache
 	asked := 0
 	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 50, nil }
-	cfg.RequestProgress = func() { asked++; c.Ingest().UpdateResourceVersion("50") }
+	cfg.RequestProgress = func(uint64) { asked++; c.Ingest().UpdateResourceVersion("50") }
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -697,5 +697,51 @@ func TestWatchWithDoneContext(t *testing.T) {
 	defer c.mu.RUnlock()
 	if n := len(c.router.all); n != 0 {
 		t.Fatalf("%d watchers registered", n)
+	}
+}
+
+// TestConsistentReadAsksAgainForProgress: a progress request can bring no
+// notification (upstream slow to start the probe, a probe error); a waiting
+// read asks again each second instead of waiting out its timeout.
+func TestConsistentReadAsksAgainForProgress(t *testing.T) {
+	cfg := testConfig()
+	clk := testingclock.NewFakeClock(time.Now())
+	cfg.Clock = clk
+	var c *Cache
+	var asked atomic.Int32
+	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 50, nil }
+	cfg.RequestProgress = func(uint64) {
+		if asked.Add(1) == 2 { // the first request is lost
+			c.Ingest().UpdateResourceVersion("50")
+		}
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""))
+	done := make(chan error, 1)
+	go func() {
+		res, err := c.List(context.Background(), ListOptions{})
+		if err == nil && res.ResourceVersion != 50 {
+			err = fmt.Errorf("resourceVersion %d, want 50", res.ResourceVersion)
+		}
+		done <- err
+	}()
+	for clk.Waiters() < 2 { // the read's timeout and its retry ticker
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(progressRetry)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the read did not ask again for progress")
+	}
+	if n := asked.Load(); n != 2 {
+		t.Fatalf("asked for progress %d times, want 2", n)
 	}
 }

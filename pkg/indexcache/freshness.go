@@ -52,21 +52,25 @@ func (c *Cache) waitFresh(ctx context.Context, resourceVersion string) error {
 	return c.waitFor(ctx, rv)
 }
 
+// progressRetry is how often a waiting read asks again for a progress
+// notification: one request may bring none (upstream slow to start the
+// probe, or a probe error), and the read must not wait out its timeout then.
+const progressRetry = time.Second
+
 // waitFor blocks until the cache reached rv, or fails with kube-apiserver's
-// "Too large resource version" after the freshness timeout. When it has to
-// wait it asks the feeder once for a progress notification, which is how a
-// quiet resource proves it is up to date.
+// "Too large resource version" after the freshness timeout. While it waits it
+// asks the feeder for a progress notification, which is how a quiet resource
+// proves it is up to date.
 func (c *Cache) waitFor(ctx context.Context, rv uint64) error {
 	_, err := c.waitUntil(ctx, rv, true, nil)
 	return err
 }
 
-// waitUntil is waitFor (askProgress false when the caller already asked)
+// waitUntil is waitFor (askProgress false when the caller has just asked)
 // that also returns, with slot true, as soon as it could put a token into
 // slots (nil: never).
 func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool, slots chan struct{}) (slot bool, err error) {
-	var timeout <-chan time.Time
-	asked := !askProgress
+	var timeout, retry <-chan time.Time
 	for {
 		c.mu.RLock()
 		cur, changed := c.rv, c.rvChanged
@@ -78,13 +82,19 @@ func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool, slot
 			t := c.cfg.Clock.NewTimer(c.cfg.FreshnessTimeout)
 			defer t.Stop()
 			timeout = t.C()
-		}
-		if !asked && c.cfg.RequestProgress != nil {
-			asked = true
-			c.cfg.RequestProgress()
+			if c.cfg.RequestProgress != nil {
+				if askProgress {
+					c.cfg.RequestProgress(rv)
+				}
+				r := c.cfg.Clock.NewTicker(progressRetry)
+				defer r.Stop()
+				retry = r.C()
+			}
 		}
 		select {
 		case <-changed:
+		case <-retry:
+			c.cfg.RequestProgress(rv)
 		case slots <- struct{}{}:
 			return true, nil
 		case <-timeout:
@@ -154,7 +164,7 @@ func (c *Cache) readConsistent(ctx context.Context, q upstreamRead) (entries []*
 			return nil, 0, false, err
 		}
 	} else if c.cfg.RequestProgress != nil {
-		c.cfg.RequestProgress() // keep the proof coming for the reads after this one
+		c.cfg.RequestProgress(want) // keep the proof coming for the reads after this one
 	}
 	// At most MaxUpstreamReads reads are at upstream at a time; the others
 	// wait for a free slot or the cache, whichever comes first. (The

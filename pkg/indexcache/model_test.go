@@ -349,7 +349,7 @@ func runModel(t *testing.T, seed int64, ops int) {
 	}
 	var in IngestStore
 	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return m.rv, nil }
-	cfg.RequestProgress = func() { // upstream proves it has nothing newer
+	cfg.RequestProgress = func(uint64) { // upstream proves it has nothing newer
 		in.UpdateResourceVersion(strconv.FormatUint(m.rv, 10))
 		m.cacheRV = m.rv
 	}

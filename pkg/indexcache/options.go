@@ -45,10 +45,10 @@ type Config struct {
 	// CurrentResourceVersion returns upstream's current resourceVersion; a
 	// consistent read waits until the cache has caught up to it.
 	CurrentResourceVersion func(ctx context.Context) (uint64, error)
-	// RequestProgress, if set, is called when a read waits for freshness, so the
-	// feeder can prove upstream has no newer events and advance the cache's
-	// resourceVersion (see UpdateResourceVersion).
-	RequestProgress func()
+	// RequestProgress, if set, is called when a read waits for the cache to
+	// reach target, so the feeder can prove upstream has no newer events and
+	// advance the cache's resourceVersion (see UpdateResourceVersion).
+	RequestProgress func(target uint64)
 
 	// ReadUpstream, if set, answers a consistent read at upstream: the objects
 	// of namespace ("" for all) matching the label and field selectors

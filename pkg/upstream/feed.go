@@ -37,9 +37,10 @@ type Feed struct {
 	sink      Sink
 	currentRV func() uint64
 
-	probeMu    sync.Mutex
-	probing    bool
-	probeAgain bool
+	probeMu      sync.Mutex
+	probePending bool      // a probe is due to start: callers share it
+	probeTarget  uint64    // the newest resourceVersion a caller waits for
+	lastProbe    time.Time // when the last probe started
 }
 
 // NewFeed returns a feed of res from client. readClient serves the reads
@@ -145,36 +146,48 @@ func (f *Feed) ReadUpstream(ctx context.Context, namespace, label, field string,
 // bookmark (it sends one 2s before a watch's deadline, never in the past).
 const probeTimeout = 3
 
+// probeSpacing is the least time between the starts of two progress probes:
+// a caller waits at most this long for a probe that starts after it, and
+// upstream gets at most one probe watch per probeSpacing.
+const probeSpacing = 100 * time.Millisecond
+
 // RequestProgress proves, when upstream's resourceVersion has moved on through
 // writes to other resources, that this resource had no newer events, so the
 // cache may advance without one. It watches from the cache's resourceVersion
 // until upstream's first bookmark: the events before it are exactly what
 // upstream has after the cache's resourceVersion. kube-apiserver sends that
-// bookmark within about a second when its own cache is ahead of ours (the
-// consistent list that found the target resourceVersion made it so).
-// One probe runs at a time; a request during a probe runs another after it,
-// since it may wait for a newer resourceVersion.
-func (f *Feed) RequestProgress() {
+// bookmark once, about a second after the watch starts, and only if its own
+// cache is then ahead of ours (the consistent list that found the caller's
+// target resourceVersion made it so).
+//
+// So only a probe that starts after the call is sure to help; one already
+// running may have passed its bookmark, or get none. Callers share the next
+// probe to start, which is skipped if the cache has reached their targets by
+// then; probes may overlap: waiting for the running one to end first could
+// take longer than a read may wait.
+func (f *Feed) RequestProgress(target uint64) {
 	f.probeMu.Lock()
 	defer f.probeMu.Unlock()
-	if f.probing {
-		f.probeAgain = true
+	f.probeTarget = max(f.probeTarget, target)
+	if f.probePending {
 		return
 	}
-	f.probing = true
+	f.probePending = true
+	delay := time.Until(f.lastProbe.Add(probeSpacing))
 	go func() {
-		for {
-			if err := f.probe(); err != nil {
-				klog.V(2).InfoS("Progress probe failed", "resource", f.res.Name, "err", err)
-			}
-			f.probeMu.Lock()
-			if !f.probeAgain {
-				f.probing = false
-				f.probeMu.Unlock()
-				return
-			}
-			f.probeAgain = false
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+		f.probeMu.Lock()
+		f.probePending = false
+		if f.currentRV() >= f.probeTarget {
 			f.probeMu.Unlock()
+			return
+		}
+		f.lastProbe = time.Now()
+		f.probeMu.Unlock()
+		if err := f.probe(); err != nil {
+			klog.V(2).InfoS("Progress probe failed", "resource", f.res.Name, "err", err)
 		}
 	}()
 }

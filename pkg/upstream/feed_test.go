@@ -129,3 +129,80 @@ func TestTransformDropsManagedFields(t *testing.T) {
 		t.Fatal("a node transformed as a pod")
 	}
 }
+
+// TestProgressRequestDoesNotWaitForRunningProbe: a probe that started before
+// a request may never get a bookmark (upstream had nothing newer when it sent
+// one). The request must get a probe of its own at once, not after the
+// running one times out, which took longer than a consistent read may wait.
+func TestProgressRequestDoesNotWaitForRunningProbe(t *testing.T) {
+	client := fake.NewClientset()
+	watches := make(chan *watch.FakeWatcher, 10)
+	client.PrependWatchReactor("pods", func(clienttesting.Action) (bool, watch.Interface, error) {
+		fw := watch.NewFakeWithChanSize(1, false)
+		watches <- fw
+		return true, fw, nil
+	})
+	sink := &recordingSink{}
+	f := NewFeed(Pods, client, client)
+	f.Connect(sink, func() uint64 { return 7 })
+
+	f.RequestProgress(9)
+	first := <-watches // never sends a bookmark
+	defer first.Stop()
+
+	f.RequestProgress(9)
+	select {
+	case second := <-watches:
+		second.Action(watch.Bookmark, pod("9"))
+	case <-time.After(time.Second):
+		t.Fatal("second progress request waited for the running probe")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(sink.updates()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := sink.updates(); len(got) != 1 || got[0] != "9" {
+		t.Fatalf("updates = %v, want [9]", got)
+	}
+}
+
+// TestProgressRequestsShareProbes: a burst of requests costs upstream one or
+// two probe watches (the one due to start, and at most one after it), not
+// one each.
+func TestProgressRequestsShareProbes(t *testing.T) {
+	client := fake.NewClientset()
+	var opened atomic.Int32
+	client.PrependWatchReactor("pods", func(clienttesting.Action) (bool, watch.Interface, error) {
+		opened.Add(1)
+		fw := watch.NewFakeWithChanSize(1, false)
+		fw.Action(watch.Bookmark, pod("9"))
+		return true, fw, nil
+	})
+	f := NewFeed(Pods, client, client)
+	f.Connect(&recordingSink{}, func() uint64 { return 7 })
+	for range 50 {
+		f.RequestProgress(9)
+	}
+	time.Sleep(3 * probeSpacing)
+	if n := opened.Load(); n < 1 || n > 2 {
+		t.Fatalf("50 requests opened %d probe watches, want 1 or 2", n)
+	}
+}
+
+// TestProgressRequestForReachedTargetIsSkipped: a probe whose callers the
+// cache has caught up with by the time it would start costs upstream nothing.
+func TestProgressRequestForReachedTargetIsSkipped(t *testing.T) {
+	client := fake.NewClientset()
+	var opened atomic.Int32
+	client.PrependWatchReactor("pods", func(clienttesting.Action) (bool, watch.Interface, error) {
+		opened.Add(1)
+		return true, watch.NewFake(), nil
+	})
+	f := NewFeed(Pods, client, client)
+	f.Connect(&recordingSink{}, func() uint64 { return 7 })
+	f.RequestProgress(7)
+	time.Sleep(3 * probeSpacing)
+	if n := opened.Load(); n != 0 {
+		t.Fatalf("opened %d probe watches for a target the cache had reached", n)
+	}
+}

@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -140,4 +143,70 @@ func TestConsistentReadAnsweredUpstream(t *testing.T) {
 	}
 	defer w.Stop()
 	expectEvents(t, w, "the watch from the consistent list's resourceVersion", podWrites(t, ctx, admin, ns, "up", "later"))
+}
+
+// TestConsistentPagedReadsWhilePodsAreQuiet: pods do not change, other
+// resources do, so a consistent read of a first page (which kube-apiserver
+// cannot answer for us in one go) waits for upstream to prove the pods cache
+// current. Such proofs were taken one at a time, and one asked for by an
+// earlier read could be on its way and useless (upstream had nothing newer
+// by then): the next read waited for it to end and then for its own, longer
+// than the 3 s a read may wait (504 in CI). Each read must succeed and see
+// every write that completed before it.
+func TestConsistentPagedReadsWhilePodsAreQuiet(t *testing.T) {
+	ctx := context.Background()
+	admin := newClients(t, adminConfig)
+	direct := newClients(t, indexAPIServerConfig)
+	ns := "consistent-paged"
+	createNamespace(t, ctx, admin, ns)
+	for i := 0; i < 3; i++ {
+		if _, err := admin.kube.CoreV1().Pods(ns).Create(ctx, makePod(ns, fmt.Sprintf("p-%d", i), "", nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cms := admin.kube.CoreV1().ConfigMaps(ns)
+	cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bump"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bump := func() uint64 {
+		t.Helper()
+		cm.Data = map[string]string{"at": time.Now().String()}
+		if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rv, _ := strconv.ParseUint(cm.ResourceVersion, 10, 64)
+		return rv
+	}
+	base := "/apis/indexing.k8s.io/v1alpha1/namespaces/" + ns + "/pods"
+	read := func(step, query string, written uint64) {
+		t.Helper()
+		start := time.Now()
+		code, body := direct.get(ctx, base+query) // no retries: a 504 fails the test
+		t.Logf("%s: %d in %v", step, code, time.Since(start).Round(time.Millisecond))
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d %s", step, code, body)
+		}
+		var page listPage
+		if err := json.Unmarshal(body, &page); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := strconv.ParseUint(page.Metadata.ResourceVersion, 10, 64); got < written {
+			t.Fatalf("%s: read at resourceVersion %d, before the write at %d", step, got, written)
+		}
+		if want := 3; query != "" {
+			if want = 1; len(page.Items) != want || page.Metadata.Continue == "" {
+				t.Fatalf("%s: %d items, continue %q; want the first of 3 pages", step, len(page.Items), page.Metadata.Continue)
+			}
+		} else if len(page.Items) != want {
+			t.Fatalf("%s: %d items, want %d", step, len(page.Items), want)
+		}
+	}
+	for round := 0; round < 4; round++ {
+		w := bump()
+		read(fmt.Sprintf("round %d, whole list", round), "", w)         // answered upstream; its proof is on its way
+		read(fmt.Sprintf("round %d, first page", round), "?limit=1", w) // waits for that proof; asks for another
+		time.Sleep(1500 * time.Millisecond)                             // the other one passed its bookmark with nothing newer
+		read(fmt.Sprintf("round %d, first page after a write", round), "?limit=1", bump())
+	}
 }
