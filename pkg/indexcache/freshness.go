@@ -179,6 +179,25 @@ func (c *Cache) readConsistent(ctx context.Context, q upstreamRead) (entries []*
 		return entries, rv, true, nil
 	}
 	_, err = c.waitUntil(ctx, want, false, nil)
+	if err == nil || ctx.Err() != nil || q.limit == 0 || q.limit >= upstreamPageLimit {
+		return nil, 0, false, err
+	}
+	// The cache was not proven fresh in time, and upstream has more than one
+	// page. Rather than 504, do what kube-apiserver's cacher does then (it
+	// reads etcd): ask upstream for the whole answer, up to a page of
+	// upstreamPageLimit. A LIST may return more items than its limit, with no
+	// continue token; clients must accept that.
+	select {
+	case c.upstreamSlots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, 0, false, err
+	}
+	q.limit = upstreamPageLimit
+	entries, rv, ok = c.askUpstream(ctx, q, want)
+	<-c.upstreamSlots
+	if ok {
+		return entries, rv, true, nil
+	}
 	return nil, 0, false, err
 }
 

@@ -3,6 +3,7 @@ package indexcache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -286,5 +287,62 @@ func TestUpstreamReadsTakeTurns(t *testing.T) {
 	}
 	if most > slots {
 		t.Fatalf("%d upstream reads at once, want at most %d", most, slots)
+	}
+}
+
+// TestPagedConsistentReadAsksUpstreamForAllBeforeTimingOut: a consistent
+// LIST with a limit that upstream cannot answer in one page, and that the
+// cache cannot prove fresh within the freshness timeout, gets upstream's whole
+// answer (more items than its limit, no continue token), as kube-apiserver's
+// cacher reads etcd then; an answer longer than upstreamPageLimit is still a
+// 504.
+func TestPagedConsistentReadAsksUpstreamForAllBeforeTimingOut(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		upstream  int // objects upstream has
+		limit     int64
+		wantAsked []int64
+		wantItems int // -1: 504
+	}{
+		{name: "fits one upstream page", upstream: 3, limit: 2, wantAsked: []int64{2, upstreamPageLimit}, wantItems: 3},
+		{name: "longer than an upstream page", upstream: upstreamPageLimit + 1, limit: 2, wantAsked: []int64{2, upstreamPageLimit}, wantItems: -1},
+		{name: "limit of a whole page", upstream: upstreamPageLimit + 1, limit: upstreamPageLimit, wantAsked: []int64{upstreamPageLimit}, wantItems: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var asked []int64
+			read := func(_ context.Context, _, _, _ string, limit int64) ([]runtime.Object, uint64, bool, error) {
+				mu.Lock()
+				asked = append(asked, limit)
+				mu.Unlock()
+				n := min(tc.upstream, int(limit))
+				objs := make([]runtime.Object, n)
+				for i := range objs {
+					objs[i] = mkPod("ns", fmt.Sprintf("p%03d", i), fmt.Sprintf("u%d", i), 45, nil, "", "")
+				}
+				return objs, 52, n == tc.upstream, nil
+			}
+			c := upstreamCache(t, read, 10*time.Millisecond, DefaultMaxUpstreamReads)
+			c.cfg.FreshnessTimeout = 100 * time.Millisecond
+			res, err := c.List(context.Background(), ListOptions{Limit: tc.limit})
+			mu.Lock()
+			defer mu.Unlock()
+			if fmt.Sprint(asked) != fmt.Sprint(tc.wantAsked) {
+				t.Errorf("asked upstream with limits %v, want %v", asked, tc.wantAsked)
+			}
+			if tc.wantItems < 0 {
+				if !apierrors.IsTimeout(err) {
+					t.Fatalf("list: %v, want 504 Too large resource version", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Items) != tc.wantItems || res.Continue != "" || res.ResourceVersion != 52 || res.Index != "upstream" {
+				t.Fatalf("%d items, continue %q, rv %d, index %q; want upstream's %d at 52 and no continue",
+					len(res.Items), res.Continue, res.ResourceVersion, res.Index, tc.wantItems)
+			}
+		})
 	}
 }

@@ -94,7 +94,13 @@ var (
 	// UpstreamReads counts consistent reads answered by kube-apiserver.
 	UpstreamReads = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "consistent_reads_from_upstream_total",
-		Help:           "Consistent reads (a LIST's single page or a GET) answered with a consistent read at kube-apiserver, because the cache could not prove itself fresh within --consistent-read-fallback.",
+		Help:           "Consistent reads (a LIST's single page or a GET) answered with a consistent read at kube-apiserver, because the cache could not prove itself fresh within --consistent-read-fallback (a LIST longer than one page: within --freshness-timeout).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	// ProgressProbes counts the short watches that prove a quiet cache fresh.
+	ProgressProbes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Name: "progress_probes_total",
+		Help:           "Progress probes started: short watches at kube-apiserver whose bookmark proves the cache fresh when upstream's resourceVersion moved through other resources. At most 10 a second per resource.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 	// SlowWatchersClosed counts watchers closed because they did not keep up.
@@ -113,7 +119,7 @@ func Register() {
 		for _, m := range []metrics.Registerable{
 			Watchers, DispatchCandidates, WatchShards, FilteredEvents, EventsDispatched,
 			ListRequests, CacheObjects, IndexValues, CacheResourceVersion, ResourceVersionLag, SlowWatchersClosed,
-			UpstreamConnected, Relists, UpstreamReads,
+			UpstreamConnected, Relists, UpstreamReads, ProgressProbes,
 		} {
 			legacyregistry.MustRegister(m)
 		}

@@ -186,6 +186,7 @@ func (f *Feed) RequestProgress(target uint64) {
 		}
 		f.lastProbe = time.Now()
 		f.probeMu.Unlock()
+		metrics.ProgressProbes.WithLabelValues(indexing.Resource(f.res.Name).String()).Inc()
 		if err := f.probe(); err != nil {
 			klog.V(2).InfoS("Progress probe failed", "resource", f.res.Name, "err", err)
 		}

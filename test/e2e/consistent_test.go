@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,6 +146,60 @@ func TestConsistentReadAnsweredUpstream(t *testing.T) {
 	expectEvents(t, w, "the watch from the consistent list's resourceVersion", podWrites(t, ctx, admin, ns, "up", "later"))
 }
 
+// quietPods creates namespace ns with three pods that then stay as they are,
+// and returns bump, which moves the cluster's resourceVersion on with a
+// ConfigMap update and returns the update's resourceVersion.
+func quietPods(t *testing.T, ctx context.Context, admin *clients, ns string) (bump func() uint64) {
+	t.Helper()
+	createNamespace(t, ctx, admin, ns)
+	for i := 0; i < 3; i++ {
+		if _, err := admin.kube.CoreV1().Pods(ns).Create(ctx, makePod(ns, fmt.Sprintf("p-%d", i), "", nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cms := admin.kube.CoreV1().ConfigMaps(ns)
+	cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bump"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() uint64 {
+		t.Helper()
+		cm.Data = map[string]string{"at": time.Now().String()}
+		if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rv, _ := strconv.ParseUint(cm.ResourceVersion, 10, 64)
+		return rv
+	}
+}
+
+// readQuietPods does a consistent LIST of path (no retries: a 504 fails the
+// test) and checks it saw the write at written and holds the three pods:
+// a first page of one when asked for limit=1, or all three with no continue
+// token (also the answer when the cache was not proven fresh in time).
+func readQuietPods(t *testing.T, ctx context.Context, c *clients, step, path string, written uint64) listPage {
+	t.Helper()
+	start := time.Now()
+	code, body := c.get(ctx, path)
+	t.Logf("%s: %d in %v", step, code, time.Since(start).Round(time.Millisecond))
+	if code != http.StatusOK {
+		t.Fatalf("%s: %d %s", step, code, body)
+	}
+	var page listPage
+	if err := json.Unmarshal(body, &page); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := strconv.ParseUint(page.Metadata.ResourceVersion, 10, 64); got < written {
+		t.Fatalf("%s: read at resourceVersion %d, before the write at %d", step, got, written)
+	}
+	first := strings.HasSuffix(path, "limit=1") && len(page.Items) == 1 && page.Metadata.Continue != ""
+	whole := len(page.Items) == 3 && page.Metadata.Continue == ""
+	if !first && !whole {
+		t.Fatalf("%s: %d items, continue %q; want the first of 3 pages or all 3", step, len(page.Items), page.Metadata.Continue)
+	}
+	return page
+}
+
 // TestConsistentPagedReadsWhilePodsAreQuiet: pods do not change, other
 // resources do, so a consistent read of a first page (which kube-apiserver
 // cannot answer for us in one go) waits for upstream to prove the pods cache
@@ -158,55 +213,57 @@ func TestConsistentPagedReadsWhilePodsAreQuiet(t *testing.T) {
 	admin := newClients(t, adminConfig)
 	direct := newClients(t, indexAPIServerConfig)
 	ns := "consistent-paged"
-	createNamespace(t, ctx, admin, ns)
-	for i := 0; i < 3; i++ {
-		if _, err := admin.kube.CoreV1().Pods(ns).Create(ctx, makePod(ns, fmt.Sprintf("p-%d", i), "", nil), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cms := admin.kube.CoreV1().ConfigMaps(ns)
-	cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bump"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bump := func() uint64 {
-		t.Helper()
-		cm.Data = map[string]string{"at": time.Now().String()}
-		if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		rv, _ := strconv.ParseUint(cm.ResourceVersion, 10, 64)
-		return rv
-	}
-	base := "/apis/indexing.k8s.io/v1alpha1/namespaces/" + ns + "/pods"
-	read := func(step, query string, written uint64) {
-		t.Helper()
-		start := time.Now()
-		code, body := direct.get(ctx, base+query) // no retries: a 504 fails the test
-		t.Logf("%s: %d in %v", step, code, time.Since(start).Round(time.Millisecond))
-		if code != http.StatusOK {
-			t.Fatalf("%s: %d %s", step, code, body)
-		}
-		var page listPage
-		if err := json.Unmarshal(body, &page); err != nil {
-			t.Fatal(err)
-		}
-		if got, _ := strconv.ParseUint(page.Metadata.ResourceVersion, 10, 64); got < written {
-			t.Fatalf("%s: read at resourceVersion %d, before the write at %d", step, got, written)
-		}
-		if want := 3; query != "" {
-			if want = 1; len(page.Items) != want || page.Metadata.Continue == "" {
-				t.Fatalf("%s: %d items, continue %q; want the first of 3 pages", step, len(page.Items), page.Metadata.Continue)
-			}
-		} else if len(page.Items) != want {
-			t.Fatalf("%s: %d items, want %d", step, len(page.Items), want)
-		}
-	}
+	bump := quietPods(t, ctx, admin, ns)
+	path := "/apis/indexing.k8s.io/v1alpha1/namespaces/" + ns + "/pods"
+	probes := "index_apiserver_progress_probes_total" + podsSeries
+	before := scrapeAt(t, indexAPIServerURL)[probes]
 	for round := 0; round < 4; round++ {
 		w := bump()
-		read(fmt.Sprintf("round %d, whole list", round), "", w)         // answered upstream; its proof is on its way
-		read(fmt.Sprintf("round %d, first page", round), "?limit=1", w) // waits for that proof; asks for another
-		time.Sleep(1500 * time.Millisecond)                             // the other one passed its bookmark with nothing newer
-		read(fmt.Sprintf("round %d, first page after a write", round), "?limit=1", bump())
+		readQuietPods(t, ctx, direct, fmt.Sprintf("round %d, whole list", round), path, w)            // answered upstream; its proof is on its way
+		readQuietPods(t, ctx, direct, fmt.Sprintf("round %d, first page", round), path+"?limit=1", w) // waits for that proof; asks for another
+		time.Sleep(1500 * time.Millisecond)                                                           // the other one passed its bookmark with nothing newer
+		readQuietPods(t, ctx, direct, fmt.Sprintf("round %d, first page after a write", round), path+"?limit=1", bump())
+	}
+	// Each page after a write needed a proof; a probe shared by reads or
+	// skipped because the cache caught up counts once or not at all.
+	if after := scrapeAt(t, indexAPIServerURL)[probes]; after < before+4 {
+		t.Errorf("%s went from %v to %v, want at least one probe per round", probes, before, after)
+	}
+}
+
+// TestConsistentPageTooLateForTheCache: when the cache cannot be proven
+// fresh within --freshness-timeout (here shorter than any proof), a
+// consistent LIST that kube-apiserver cannot answer in the requested page
+// gets kube-apiserver's whole answer, as kube-apiserver's cacher reads etcd
+// then, instead of a 504.
+func TestConsistentPageTooLateForTheCache(t *testing.T) {
+	ctx := context.Background()
+	admin := newClients(t, adminConfig)
+	ns := "consistent-late"
+	bump := quietPods(t, ctx, admin, ns)
+	port, _ := startReplica(t, "index-apiserver-late", "--freshness-timeout=200ms")
+	replica := newClients(t, stack.IndexAPIServerConfig(port))
+	path := "/apis/indexing.k8s.io/v1alpha1/namespaces/" + ns + "/pods"
+	metric := "index_apiserver_consistent_reads_from_upstream_total" + podsSeries
+	before := scrapeAt(t, stack.IndexAPIServerURL(port))[metric]
+
+	page := readQuietPods(t, ctx, replica, "first page after a write", path+"?limit=1", bump())
+	if len(page.Items) != 3 {
+		t.Fatalf("got a page of %d: the cache was proven fresh within 200 ms, which this test assumes it cannot be", len(page.Items))
+	}
+	want, code, body := admin.listAll(ctx, "/api/v1/namespaces/"+ns+"/pods", nil)
+	if code != http.StatusOK {
+		t.Fatalf("kube-apiserver list: %d %s", code, body)
+	}
+	var got []item
+	for _, it := range page.Items {
+		m := it.Metadata
+		got = append(got, item{m.Namespace, m.Name, string(m.UID), m.ResourceVersion})
+	}
+	if d := diffItems(want, got); d != "" {
+		t.Fatalf("differs from kube-apiserver's list:\n%s", d)
+	}
+	if after := scrapeAt(t, stack.IndexAPIServerURL(port))[metric]; after < before+1 {
+		t.Fatalf("%s went from %v to %v, want an upstream answer counted", metric, before, after)
 	}
 }
