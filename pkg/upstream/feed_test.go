@@ -130,22 +130,32 @@ func TestTransformDropsManagedFields(t *testing.T) {
 	}
 }
 
-// TestProgressRequestDoesNotWaitForRunningProbe: a probe that started before
-// a request may never get a bookmark (upstream had nothing newer when it sent
-// one). The request must get a probe of its own at once, not after the
-// running one times out, which took longer than a consistent read may wait.
-func TestProgressRequestDoesNotWaitForRunningProbe(t *testing.T) {
+// probeFeed is a feed whose cache is at resourceVersion 7; each probe watch
+// it opens is sent on the returned channel, with a bookmark at 9 queued if
+// bookmark is set.
+func probeFeed(bookmark bool) (*Feed, *recordingSink, chan *watch.FakeWatcher) {
 	client := fake.NewClientset()
-	watches := make(chan *watch.FakeWatcher, 10)
+	watches := make(chan *watch.FakeWatcher, 100)
 	client.PrependWatchReactor("pods", func(clienttesting.Action) (bool, watch.Interface, error) {
 		fw := watch.NewFakeWithChanSize(1, false)
+		if bookmark {
+			fw.Action(watch.Bookmark, pod("9"))
+		}
 		watches <- fw
 		return true, fw, nil
 	})
 	sink := &recordingSink{}
 	f := NewFeed(Pods, client, client)
 	f.Connect(sink, func() uint64 { return 7 })
+	return f, sink, watches
+}
 
+// TestProgressRequestDoesNotWaitForRunningProbe: a probe that started before
+// a request may never get a bookmark (upstream had nothing newer when it sent
+// one). The request must get a probe of its own at once, not after the
+// running one times out, which took longer than a consistent read may wait.
+func TestProgressRequestDoesNotWaitForRunningProbe(t *testing.T) {
+	f, sink, watches := probeFeed(false)
 	f.RequestProgress(9)
 	first := <-watches // never sends a bookmark
 	defer first.Stop()
@@ -170,21 +180,12 @@ func TestProgressRequestDoesNotWaitForRunningProbe(t *testing.T) {
 // two probe watches (the one due to start, and at most one after it), not
 // one each.
 func TestProgressRequestsShareProbes(t *testing.T) {
-	client := fake.NewClientset()
-	var opened atomic.Int32
-	client.PrependWatchReactor("pods", func(clienttesting.Action) (bool, watch.Interface, error) {
-		opened.Add(1)
-		fw := watch.NewFakeWithChanSize(1, false)
-		fw.Action(watch.Bookmark, pod("9"))
-		return true, fw, nil
-	})
-	f := NewFeed(Pods, client, client)
-	f.Connect(&recordingSink{}, func() uint64 { return 7 })
+	f, _, watches := probeFeed(true)
 	for range 50 {
 		f.RequestProgress(9)
 	}
 	time.Sleep(3 * probeSpacing)
-	if n := opened.Load(); n < 1 || n > 2 {
+	if n := len(watches); n < 1 || n > 2 {
 		t.Fatalf("50 requests opened %d probe watches, want 1 or 2", n)
 	}
 }
@@ -192,17 +193,10 @@ func TestProgressRequestsShareProbes(t *testing.T) {
 // TestProgressRequestForReachedTargetIsSkipped: a probe whose callers the
 // cache has caught up with by the time it would start costs upstream nothing.
 func TestProgressRequestForReachedTargetIsSkipped(t *testing.T) {
-	client := fake.NewClientset()
-	var opened atomic.Int32
-	client.PrependWatchReactor("pods", func(clienttesting.Action) (bool, watch.Interface, error) {
-		opened.Add(1)
-		return true, watch.NewFake(), nil
-	})
-	f := NewFeed(Pods, client, client)
-	f.Connect(&recordingSink{}, func() uint64 { return 7 })
+	f, _, watches := probeFeed(true)
 	f.RequestProgress(7)
 	time.Sleep(3 * probeSpacing)
-	if n := opened.Load(); n != 0 {
+	if n := len(watches); n != 0 {
 		t.Fatalf("opened %d probe watches for a target the cache had reached", n)
 	}
 }
