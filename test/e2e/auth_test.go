@@ -60,26 +60,26 @@ func TestAuthorization(t *testing.T) {
 	}
 
 	// A user allowed only namespace a cannot list namespace b, nor all namespaces.
-	createNamespace(t, ctx, admin, "authz-a")
-	createNamespace(t, ctx, admin, "authz-b")
+	nsA := createNamespace(t, ctx, admin, "authz-a")
+	nsB := createNamespace(t, ctx, admin, "authz-b")
 	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "reader", Namespace: "authz-a"},
+		ObjectMeta: metav1.ObjectMeta{Name: "reader", Namespace: nsA},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "e2e-ns-reader"}},
 	}
-	if _, err := admin.kube.RbacV1().RoleBindings("authz-a").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.kube.RbacV1().RoleBindings(nsA).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	nsReader := newClients(t, userConfig(t, "e2e-ns-reader"))
 	eventually(t, 10*time.Second, func() error {
-		if code, body := nsReader.get(ctx, "/apis/indexing.k8s.io/v1alpha1/namespaces/authz-a/pods"); code != http.StatusOK {
+		if code, body := nsReader.get(ctx, "/apis/indexing.k8s.io/v1alpha1/namespaces/"+nsA+"/pods"); code != http.StatusOK {
 			return &httpError{code, string(body)}
 		}
 		return nil
 	})
-	for _, path := range []string{"/apis/indexing.k8s.io/v1alpha1/namespaces/authz-b/pods", allPods, allPods + "?watch=true"} {
+	for _, path := range []string{"/apis/indexing.k8s.io/v1alpha1/namespaces/" + nsB + "/pods", allPods, allPods + "?watch=true"} {
 		if code, _ := nsReader.get(ctx, path); code != http.StatusForbidden {
-			t.Errorf("%s for a namespace-a reader: %d, want 403", path, code)
+			t.Errorf("%s for a %s reader: %d, want 403", path, nsA, code)
 		}
 	}
 }

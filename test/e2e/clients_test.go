@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,8 +151,34 @@ func makePod(ns, name, node string, labels map[string]string) *corev1.Pod {
 	}
 }
 
-func createNamespace(t *testing.T, ctx context.Context, c *clients, name string) {
+// runID tells this process's objects apart from any other's.
+var runID = func() string {
+	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 5)
+	for i := range b {
+		b[i] = chars[rand.IntN(len(chars))]
+	}
+	return string(b)
+}()
+
+var nameSeq atomic.Int64
+
+// uniqueName returns base plus a suffix unique to this call: with -count=n
+// the tests run n times in one process against one stack.
+func uniqueName(base string) string {
+	suffix := fmt.Sprintf("-%s%d", runID, nameSeq.Add(1))
+	if len(base)+len(suffix) > 63 {
+		base = strings.TrimRight(base[:63-len(suffix)], "-.")
+	}
+	return base + suffix
+}
+
+// createNamespace creates a namespace named uniqueName(base) and returns its
+// name. Without a namespace controller a deleted one stays Terminating, so a
+// name is never reused.
+func createNamespace(t *testing.T, ctx context.Context, c *clients, base string) string {
 	t.Helper()
+	name := uniqueName(base)
 	_, err := c.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating namespace %s: %v", name, err)
@@ -158,6 +186,7 @@ func createNamespace(t *testing.T, ctx context.Context, c *clients, name string)
 	t.Cleanup(func() {
 		_ = c.kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
+	return name
 }
 
 func diffItems(want, got []item) string {

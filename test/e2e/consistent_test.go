@@ -25,8 +25,7 @@ func TestConcurrentConsistentReads(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
 	direct := newClients(t, indexAPIServerConfig)
-	ns := "consistent-reads"
-	createNamespace(t, ctx, admin, ns)
+	ns := createNamespace(t, ctx, admin, "consistent-reads")
 	const writers, readers, rounds = 8, 8, 15
 	base := "/apis/indexing.k8s.io/v1alpha1/namespaces/" + ns + "/pods"
 
@@ -88,8 +87,7 @@ func TestConsistentReadAnsweredUpstream(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
 	direct := newClients(t, indexAPIServerConfig)
-	ns := "consistent-upstream"
-	createNamespace(t, ctx, admin, ns)
+	ns := createNamespace(t, ctx, admin, "consistent-upstream")
 	for i := 0; i < 3; i++ {
 		if _, err := admin.kube.CoreV1().Pods(ns).Create(ctx, makePod(ns, fmt.Sprintf("p-%d", i), "", map[string]string{"app": "up"}), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -146,12 +144,13 @@ func TestConsistentReadAnsweredUpstream(t *testing.T) {
 	expectEvents(t, w, "the watch from the consistent list's resourceVersion", podWrites(t, ctx, admin, ns, "up", "later"))
 }
 
-// quietPods creates namespace ns with three pods that then stay as they are,
-// and returns bump, which moves the cluster's resourceVersion on with a
-// ConfigMap update and returns the update's resourceVersion.
-func quietPods(t *testing.T, ctx context.Context, admin *clients, ns string) (bump func() uint64) {
+// quietPods creates a namespace (see createNamespace) with three pods that
+// then stay as they are, and returns its name and bump, which moves the
+// cluster's resourceVersion on with a ConfigMap update and returns the
+// update's resourceVersion.
+func quietPods(t *testing.T, ctx context.Context, admin *clients, base string) (ns string, bump func() uint64) {
 	t.Helper()
-	createNamespace(t, ctx, admin, ns)
+	ns = createNamespace(t, ctx, admin, base)
 	for i := 0; i < 3; i++ {
 		if _, err := admin.kube.CoreV1().Pods(ns).Create(ctx, makePod(ns, fmt.Sprintf("p-%d", i), "", nil), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -162,7 +161,7 @@ func quietPods(t *testing.T, ctx context.Context, admin *clients, ns string) (bu
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func() uint64 {
+	return ns, func() uint64 {
 		t.Helper()
 		cm.Data = map[string]string{"at": time.Now().String()}
 		if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
@@ -212,8 +211,7 @@ func TestConsistentPagedReadsWhilePodsAreQuiet(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
 	direct := newClients(t, indexAPIServerConfig)
-	ns := "consistent-paged"
-	bump := quietPods(t, ctx, admin, ns)
+	ns, bump := quietPods(t, ctx, admin, "consistent-paged")
 	path := "/apis/indexing.k8s.io/v1alpha1/namespaces/" + ns + "/pods"
 	probes := "index_apiserver_progress_probes_total" + podsSeries
 	before := scrapeAt(t, indexAPIServerURL)[probes]
@@ -239,8 +237,7 @@ func TestConsistentPagedReadsWhilePodsAreQuiet(t *testing.T) {
 func TestConsistentPageTooLateForTheCache(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
-	ns := "consistent-late"
-	bump := quietPods(t, ctx, admin, ns)
+	ns, bump := quietPods(t, ctx, admin, "consistent-late")
 	port, _ := startReplica(t, "index-apiserver-late", "--freshness-timeout=200ms")
 	replica := newClients(t, stack.IndexAPIServerConfig(port))
 	path := "/apis/indexing.k8s.io/v1alpha1/namespaces/" + ns + "/pods"

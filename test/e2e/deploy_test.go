@@ -199,8 +199,7 @@ func TestDeployManifestContents(t *testing.T) {
 func TestSecondReplica(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
-	ns := "replicas"
-	createNamespace(t, ctx, admin, ns)
+	ns := createNamespace(t, ctx, admin, "replicas")
 	for i := 0; i < 5; i++ {
 		if _, err := admin.kube.CoreV1().Pods(ns).Create(ctx, makePod(ns, fmt.Sprintf("p-%d", i), "", map[string]string{"app": "ha"}), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

@@ -60,8 +60,7 @@ func TestKubeAPIServerRestart(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
 	direct := newClients(t, indexAPIServerConfig) // bypasses the aggregator, which goes down with kube-apiserver
-	ns := "restart"
-	createNamespace(t, ctx, admin, ns)
+	ns := createNamespace(t, ctx, admin, "restart")
 	pods := admin.kube.CoreV1().Pods(ns)
 	for i := 0; i < 3; i++ {
 		if _, err := pods.Create(ctx, makePod(ns, fmt.Sprintf("before-%d", i), "", map[string]string{"app": "r"}), metav1.CreateOptions{}); err != nil {
@@ -263,8 +262,7 @@ func expectEvents(t *testing.T, w watch.Interface, what string, want []string) [
 func TestWatchResumesOnAnotherReplica(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
-	ns := "ha-resume"
-	createNamespace(t, ctx, admin, ns)
+	ns := createNamespace(t, ctx, admin, "ha-resume")
 	portA, _ := startReplica(t, "index-apiserver-a")
 	portB, _ := startReplica(t, "index-apiserver-b")
 	a := newClients(t, stack.IndexAPIServerConfig(portA))
@@ -319,8 +317,7 @@ func TestWatchResumesOnAnotherReplica(t *testing.T) {
 func TestCompactedResourceVersion(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
-	ns := "compacted"
-	createNamespace(t, ctx, admin, ns)
+	ns := createNamespace(t, ctx, admin, "compacted")
 	for i := 0; i < 2; i++ {
 		if _, err := admin.kube.CoreV1().Pods(ns).Create(ctx, makePod(ns, fmt.Sprintf("seed-%d", i), "", map[string]string{"app": "c"}), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -407,8 +404,7 @@ func TestCompactedResourceVersion(t *testing.T) {
 func TestSlowWatcherClosed(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
-	ns := "slow-client"
-	createNamespace(t, ctx, admin, ns)
+	ns := createNamespace(t, ctx, admin, "slow-client")
 	port, _ := startReplica(t, "index-apiserver-slow", "--watch-buffer=10")
 	base := stack.IndexAPIServerURL(port)
 	replica := newClients(t, stack.IndexAPIServerConfig(port))

@@ -196,11 +196,9 @@ func nextEventOf(t *testing.T, w watch.Interface, name string) watch.EventType {
 func TestIndexPolicyLifecycle(t *testing.T) {
 	ctx := context.Background()
 	c := newClients(t, adminConfig)
-	const key = "e2e-policy-team"
-	nss := []string{"ipol-a", "ipol-b"}
-	for _, ns := range nss {
-		createNamespace(t, ctx, c, ns)
-	}
+	// A key of its own: pods of earlier runs stay in Terminating namespaces.
+	key := uniqueName("e2e-policy-team")
+	nss := []string{createNamespace(t, ctx, c, "ipol-a"), createNamespace(t, ctx, c, "ipol-b")}
 	for i := range 30 {
 		p := makePod(nss[i%2], fmt.Sprintf("pod-%02d", i), "", map[string]string{key: fmt.Sprintf("team-%d", i%3)})
 		if _, err := c.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {

@@ -30,12 +30,12 @@ func shardRanges(n int) []string {
 }
 
 // seedPods creates pods across namespaces with labels, nodes and phases for
-// the differential tests, and returns the namespaces.
+// the differential tests, and returns the namespaces it created.
 func seedPods(t *testing.T, ctx context.Context, c *clients, prefix string) []string {
 	t.Helper()
-	nss := []string{prefix + "-a", prefix + "-b", prefix + "-c"}
-	for _, ns := range nss {
-		createNamespace(t, ctx, c, ns)
+	var nss []string
+	for _, s := range []string{"-a", "-b", "-c"} {
+		nss = append(nss, createNamespace(t, ctx, c, prefix+s))
 	}
 	phases := []corev1.PodPhase{corev1.PodPending, corev1.PodRunning, corev1.PodSucceeded}
 	for i := 0; i < 45; i++ {

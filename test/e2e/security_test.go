@@ -174,40 +174,40 @@ func TestNoCredentials(t *testing.T) {
 func TestNamespaceGrantDirect(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
-	createNamespace(t, ctx, admin, "sec-a")
-	createNamespace(t, ctx, admin, "sec-b")
+	nsA := createNamespace(t, ctx, admin, "sec-a")
+	nsB := createNamespace(t, ctx, admin, "sec-b")
 	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "mirror-reader", Namespace: "sec-a"},
+		ObjectMeta: metav1.ObjectMeta{Name: "mirror-reader", Namespace: nsA},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"indexing.k8s.io"}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
 	}
-	if _, err := admin.kube.RbacV1().Roles("sec-a").Create(ctx, role, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.kube.RbacV1().Roles(nsA).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "mirror-reader", Namespace: "sec-a"},
+		ObjectMeta: metav1.ObjectMeta{Name: "mirror-reader", Namespace: nsA},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "User", Name: "e2e-sec-a"}},
 	}
-	if _, err := admin.kube.RbacV1().RoleBindings("sec-a").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.kube.RbacV1().RoleBindings(nsA).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	cert := clientCert(t, stack.Certs.ClusterCA, "e2e-sec-a")
 	eventually(t, 10*time.Second, func() error {
-		if code, body := directGet(t, indexAPIServerURL, cert, "/apis/indexing.k8s.io/v1alpha1/namespaces/sec-a/pods", nil); code != http.StatusOK {
+		if code, body := directGet(t, indexAPIServerURL, cert, "/apis/indexing.k8s.io/v1alpha1/namespaces/"+nsA+"/pods", nil); code != http.StatusOK {
 			return &httpError{code, body}
 		}
 		return nil
 	})
 	for _, path := range []string{
-		"/apis/indexing.k8s.io/v1alpha1/namespaces/sec-b/pods",
-		"/apis/indexing.k8s.io/v1alpha1/namespaces/sec-b/pods?watch=true",
+		"/apis/indexing.k8s.io/v1alpha1/namespaces/" + nsB + "/pods",
+		"/apis/indexing.k8s.io/v1alpha1/namespaces/" + nsB + "/pods?watch=true",
 		"/apis/indexing.k8s.io/v1alpha1/pods",
-		"/apis/indexing.k8s.io/v1alpha1/pods?fieldSelector=metadata.namespace%3Dsec-a",
+		"/apis/indexing.k8s.io/v1alpha1/pods?fieldSelector=metadata.namespace%3D" + nsA,
 	} {
 		for _, h := range []map[string]string{nil, forged} {
 			code, body := directGet(t, indexAPIServerURL, cert, path, h)
 			if code != http.StatusForbidden {
-				t.Errorf("%s for a sec-a reader (headers %v): %d %s, want 403", path, h, code, body)
+				t.Errorf("%s for a %s reader (headers %v): %d %s, want 403", path, nsA, h, code, body)
 			}
 		}
 	}

@@ -103,8 +103,7 @@ func expectQuiet(t *testing.T, w watch.Interface, d time.Duration) {
 func TestWatchSelectorTransitions(t *testing.T) {
 	ctx := context.Background()
 	c := newClients(t, adminConfig)
-	ns := "watch-transitions"
-	createNamespace(t, ctx, c, ns)
+	ns := createNamespace(t, ctx, c, "watch-transitions")
 
 	w, err := c.index.IndexingV1alpha1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: "app=w", AllowWatchBookmarks: true})
 	if err != nil {
@@ -189,8 +188,7 @@ func TestInformerStaysInSync(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := newClients(t, adminConfig)
-	ns := "informer"
-	createNamespace(t, ctx, c, ns)
+	ns := createNamespace(t, ctx, c, "informer")
 	for i := 0; i < 5; i++ {
 		if _, err := c.kube.CoreV1().Pods(ns).Create(ctx, makePod(ns, fmt.Sprintf("p%d", i), "", map[string]string{"app": "inf"}), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
