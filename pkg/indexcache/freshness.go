@@ -173,9 +173,7 @@ func (c *Cache) readConsistent(ctx context.Context, q upstreamRead) (entries []*
 	if err != nil || !slot {
 		return nil, 0, false, err
 	}
-	entries, rv, ok := c.askUpstream(ctx, q, want)
-	<-c.upstreamSlots
-	if ok {
+	if entries, rv, ok := c.askUpstream(ctx, q, want); ok {
 		return entries, rv, true, nil
 	}
 	_, err = c.waitUntil(ctx, want, false, nil)
@@ -193,9 +191,7 @@ func (c *Cache) readConsistent(ctx context.Context, q upstreamRead) (entries []*
 		return nil, 0, false, err
 	}
 	q.limit = upstreamPageLimit
-	entries, rv, ok = c.askUpstream(ctx, q, want)
-	<-c.upstreamSlots
-	if ok {
+	if entries, rv, ok := c.askUpstream(ctx, q, want); ok {
 		return entries, rv, true, nil
 	}
 	return nil, 0, false, err
@@ -216,8 +212,11 @@ func (c *Cache) fallbackBudget(want uint64) time.Duration {
 	return c.cfg.ConsistentReadFallback - now.Sub(c.behindSince)
 }
 
+// askUpstream answers q at upstream if its answer is complete and at least
+// as new as atLeast. The caller holds an upstream slot; askUpstream frees it.
 func (c *Cache) askUpstream(ctx context.Context, q upstreamRead, atLeast uint64) ([]*entry, uint64, bool) {
 	objs, rv, complete, err := c.cfg.ReadUpstream(ctx, q.namespace, q.label, q.field, q.limit)
+	<-c.upstreamSlots
 	if err != nil || !complete || rv < atLeast {
 		klog.V(4).InfoS("Consistent read waits for the cache: upstream's answer does not do",
 			"resource", c.cfg.GroupResource, "complete", complete, "resourceVersion", rv, "want", atLeast, "err", err)

@@ -28,6 +28,7 @@ type Sink interface {
 // Feed keeps one cache in step with one upstream resource.
 type Feed struct {
 	res    Resource
+	label  string // the cache's resource, as its metrics name it
 	client kubernetes.Interface
 	// readClient serves reads that follow client requests: the current
 	// resourceVersion (revisions) and ReadUpstream.
@@ -49,7 +50,7 @@ type Feed struct {
 // bounds them, so it need not be rate limited on this side. Connect must be
 // called before Run.
 func NewFeed(res Resource, client, readClient kubernetes.Interface) *Feed {
-	f := &Feed{res: res, client: client, readClient: readClient}
+	f := &Feed{res: res, label: indexing.Resource(res.Name).String(), client: client, readClient: readClient}
 	f.revisions.read = func(ctx context.Context) (uint64, error) {
 		list, err := res.ListNothing(ctx, readClient)
 		if err != nil {
@@ -81,7 +82,7 @@ func (f *Feed) Connect(sink Sink, currentRV func() uint64) {
 func (f *Feed) Run(ctx context.Context) {
 	// A broken watch is retried at once, so a stopped kube-apiserver shows
 	// as a failed watch or list within a second.
-	connected := metrics.UpstreamConnected.WithLabelValues(indexing.Resource(f.res.Name).String()) // the cache's label
+	connected := metrics.UpstreamConnected.WithLabelValues(f.label)
 	connected.Set(0)
 	setConnected := func(err error) {
 		if err != nil {
@@ -186,7 +187,7 @@ func (f *Feed) RequestProgress(target uint64) {
 		}
 		f.lastProbe = time.Now()
 		f.probeMu.Unlock()
-		metrics.ProgressProbes.WithLabelValues(indexing.Resource(f.res.Name).String()).Inc()
+		metrics.ProgressProbes.WithLabelValues(f.label).Inc()
 		if err := f.probe(); err != nil {
 			klog.V(2).InfoS("Progress probe failed", "resource", f.res.Name, "err", err)
 		}

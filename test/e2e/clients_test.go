@@ -89,6 +89,16 @@ type listPage struct {
 	} `json:"items"`
 }
 
+// items identifies the page's objects.
+func (p listPage) items() []item {
+	var out []item
+	for _, it := range p.Items {
+		m := it.Metadata
+		out = append(out, item{m.Namespace, m.Name, string(m.UID), m.ResourceVersion})
+	}
+	return out
+}
+
 // listAll lists base (e.g. /api/v1/pods) with query, following continue
 // tokens, and returns the items sorted, or the failing status code and body.
 func (c *clients) listAll(ctx context.Context, base string, query map[string]string) ([]item, int, []byte) {
@@ -114,10 +124,7 @@ func (c *clients) listAll(ctx context.Context, base string, query map[string]str
 		if err := json.Unmarshal(body, &page); err != nil {
 			return nil, -1, []byte(err.Error())
 		}
-		for _, it := range page.Items {
-			m := it.Metadata
-			out = append(out, item{m.Namespace, m.Name, string(m.UID), m.ResourceVersion})
-		}
+		out = append(out, page.items()...)
 		if page.Metadata.Continue == "" {
 			break
 		}

@@ -252,12 +252,7 @@ func TestConsistentPageTooLateForTheCache(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("kube-apiserver list: %d %s", code, body)
 	}
-	var got []item
-	for _, it := range page.Items {
-		m := it.Metadata
-		got = append(got, item{m.Namespace, m.Name, string(m.UID), m.ResourceVersion})
-	}
-	if d := diffItems(want, got); d != "" {
+	if d := diffItems(want, page.items()); d != "" {
 		t.Fatalf("differs from kube-apiserver's list:\n%s", d)
 	}
 	if after := scrapeAt(t, stack.IndexAPIServerURL(port))[metric]; after < before+1 {
