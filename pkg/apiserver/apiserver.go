@@ -180,6 +180,7 @@ func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
 		CurrentResourceVersion: func(ctx context.Context) (uint64, error) { return feed.CurrentResourceVersion(ctx) },
 		RequestProgress:        feed.RequestProgress,
 		ReadUpstream:           feed.ReadUpstream,
+		UpstreamFields:         res.UpstreamFields,
 		ConsistentReadFallback: cc.ConsistentReadFallback,
 		MaxUpstreamReads:       cc.MaxUpstreamReads,
 		FreshnessTimeout:       cc.FreshnessTimeout,

@@ -104,7 +104,10 @@ func TestSlowWatcherIsClosedOthersContinue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The slow watcher's stream ends: what it had buffered, then closed.
+	// Once the fast watcher has every event, all were dispatched, and the
+	// slow watcher, which has not read, was closed: its stream is what it
+	// had buffered.
+	<-fastDone
 	n := 0
 	for range slow.ResultChan() {
 		n++
@@ -112,7 +115,6 @@ func TestSlowWatcherIsClosedOthersContinue(t *testing.T) {
 	if n >= 20 {
 		t.Fatalf("slow watcher got all %d events; expected it to be closed", n)
 	}
-	<-fastDone
 	if got.Load() != 20 {
 		t.Fatalf("fast watcher got %d of 20 events", got.Load())
 	}
@@ -122,7 +124,11 @@ func TestSlowWatcherIsClosedOthersContinue(t *testing.T) {
 	}
 }
 
-func TestRelistWithoutLoss(t *testing.T) {
+// TestRelistEndsWatchersAndRestartsHistory: a relist is swapped in whole at
+// its resourceVersion, ends every open watcher (no diff events: deletions in
+// it have no resourceVersion of their own), and resumes from before it get
+// 410, so clients relist; a watch from the list's resourceVersion goes on.
+func TestRelistEndsWatchersAndRestartsHistory(t *testing.T) {
 	c := newTestCache(t)
 	a := mkPod("ns", "a", "ua", 5, map[string]string{"app": "x"}, "", "")
 	b := mkPod("ns", "b", "ub", 6, map[string]string{"app": "x"}, "", "")
@@ -138,26 +144,49 @@ func TestRelistWithoutLoss(t *testing.T) {
 	if err := c.Ingest().Replace([]interface{}{b2, d}, "20"); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ADDED ns/d@12", "MODIFIED ns/b@15", "DELETED ns/a@20"}
-	for _, s := range want {
-		if got := describe(recv(t, w)); got != s {
-			t.Fatalf("got %s, want %s", got, s)
-		}
+	if ev, ok := <-w.ResultChan(); ok {
+		t.Fatalf("open watcher got %s across a relist, want its stream ended", describe(ev))
 	}
 	if rv := c.ResourceVersion(); rv != 20 {
 		t.Fatalf("rv = %d", rv)
 	}
-	// Resuming from before the relist replays the same events.
+	res, err := c.List(context.Background(), ListOptions{ResourceVersion: "0"})
+	if err != nil || itemKeys(res.Items)[0] != "ns/b@15" || len(res.Items) != 2 || res.ResourceVersion != 20 {
+		t.Fatalf("list after relist: %v %v", res, err)
+	}
+	// Resuming from before the relist: 410, the client relists.
 	w2, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w2.Stop()
-	for _, s := range want {
-		if got := describe(recv(t, w2)); got != s {
-			t.Fatalf("replay got %s, want %s", got, s)
-		}
+	if err := watchError(t, w2); !errors.IsResourceExpired(err) {
+		t.Fatalf("resume from before the relist: %v, want 410", err)
 	}
+	// From the list's resourceVersion: the changes after it.
+	w3, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "20"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w3.Stop()
+	if err := c.Ingest().Delete(mkPod("ns", "d", "ud", 21, map[string]string{"app": "x"}, "", "")); err != nil {
+		t.Fatal(err)
+	}
+	if got := describe(recv(t, w3)); got != "DELETED ns/d@21" {
+		t.Fatalf("after the relist got %s", got)
+	}
+}
+
+// watchError reads a watch whose stream must be one ERROR event.
+func watchError(t *testing.T, w watch.Interface) error {
+	t.Helper()
+	ev := recv(t, w)
+	if ev.Type != watch.Error {
+		t.Fatalf("got %s, want an ERROR event", describe(ev))
+	}
+	if _, ok := <-w.ResultChan(); ok {
+		t.Fatal("stream goes on after its ERROR event")
+	}
+	return errors.FromObject(ev.Object)
 }
 
 // countingEncoder counts how often an object is really encoded.
@@ -370,16 +399,15 @@ func TestErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err = c.Watch(ctx, WatchOptions{ResourceVersion: "10"})
-	if !errors.IsResourceExpired(err) || !strings.Contains(err.Error(), "too old resource version: 10 (") {
+	w, err := c.Watch(ctx, WatchOptions{ResourceVersion: "10"})
+	if err != nil {
+		t.Fatalf("watch from a dropped rv: %v, want an ERROR event", err)
+	}
+	if err := watchError(t, w); !errors.IsResourceExpired(err) || !strings.Contains(err.Error(), "too old resource version: 10 (") {
 		t.Errorf("watch from a dropped rv: %v, want 410 too old resource version", err)
 	}
-	// The snapshot still serves the next page until it expires.
-	if _, err := c.List(ctx, ListOptions{Continue: page.Continue}); err != nil {
-		t.Errorf("continue within retention: %v", err)
-	}
 	clk.Step(DefaultSnapshotRetention + time.Second)
-	c.expireSnapshots()
+	c.expireHistory()
 	if _, err := c.List(ctx, ListOptions{ResourceVersion: "10", ResourceVersionMatch: metav1.ResourceVersionMatchExact}); !errors.IsResourceExpired(err) {
 		t.Errorf("exact list of a dropped rv: %v, want 410", err)
 	}
@@ -664,7 +692,9 @@ func TestEventWindowRetention(t *testing.T) {
 	if n := c.window.size; n != minWindowEvents {
 		t.Fatalf("window holds %d events, want %d", n, minWindowEvents)
 	}
-	if _, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); !errors.IsResourceExpired(err) {
+	if w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); err != nil {
+		t.Fatal(err)
+	} else if err := watchError(t, w); !errors.IsResourceExpired(err) {
 		t.Fatalf("watch from before the window: %v, want 410", err)
 	}
 	w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: strconv.Itoa(161 - minWindowEvents)})

@@ -22,15 +22,24 @@ func (c *Cache) bookmarkEvent(rv uint64, initialEnd bool) watch.Event {
 	return watch.Event{Type: watch.Bookmark, Object: obj}
 }
 
+// requestBookmarks asks the dispatcher to send a bookmark to every watcher
+// that allows them, in order with the events. A full queue skips this tick:
+// the watchers are getting events anyway.
+func (c *Cache) requestBookmarks() {
+	select {
+	case c.queue <- dispatchItem{bookmark: true}:
+	default:
+	}
+}
+
 // sendBookmarks gives every watcher that allows bookmarks, whatever index it
-// is routed by (sharded ones included: kube-state-metrics#2974), one at the
-// cache's resourceVersion if that is news to it. A watcher with a full
-// buffer skips this one; bookmarks are never worth blocking for.
-func (c *Cache) sendBookmarks() {
-	c.ingestMu.Lock()
-	defer c.ingestMu.Unlock()
+// is routed by (sharded ones included: kube-state-metrics#2974), one at rv
+// if that is news to it. The dispatcher calls it with the resourceVersion
+// of the last item it dispatched, so every event up to rv has been offered.
+// A watcher with a full buffer skips this one; bookmarks are never worth
+// blocking for.
+func (c *Cache) sendBookmarks(rv uint64) {
 	c.mu.RLock()
-	rv := c.rv
 	var ws []*watcher
 	for w := range c.router.all {
 		if w.allowBookmarks && w.sentRV.Load() < rv {
@@ -44,7 +53,12 @@ func (c *Cache) sendBookmarks() {
 	// One object for all: encoded once per encoder like any event.
 	bm := c.bookmarkEvent(rv, false)
 	bm.Object = newCachingObject(bm.Object)
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
 	for _, w := range ws {
+		if w.stopped() {
+			continue
+		}
 		select {
 		case w.sink() <- bm:
 			w.sentRV.Store(rv)

@@ -38,46 +38,70 @@ const DefaultConsistentReadFallback = 50 * time.Millisecond
 // DefaultMaxUpstreamReads is the server's default for Config.MaxUpstreamReads.
 const DefaultMaxUpstreamReads = 2
 
-// Cache is the indexed watch cache of one resource.
+// Cache is the indexed watch cache of one resource. It has two sides:
 //
-// Locking: ingestMu serializes every change with its delivery to watchers,
-// watch registration and bookmarks, so each watcher sees events in
-// resourceVersion order with no gap. mu guards the state (tree, indexes,
-// router, window, rv): writers take it briefly per event; lists and gets
-// read under RLock.
+//   - ingest (ingest.go): the Reflector's writes are committed to the state
+//     (tree, indexes, event window, rv) under mu, one at a time, then queued
+//     for dispatch. A relist is built beside the state and swapped in whole.
+//   - dispatch (dispatch.go): one goroutine takes the queue in order and
+//     delivers each event to the watchers the routing indexes find. A slow
+//     watcher can hold it for at most the shared time budget; ingest only
+//     waits when the queue is full.
+//
+// Readers (List, Get, Watch registration) take mu for reading, for O(1)
+// work (a copy-on-write clone) or work bounded by their own result; they
+// never wait for dispatch.
+//
+// Lock order, the one place it is written down:
+//
+//	setMu -> ingestMu -> mu -> {snapMu, cloneMu}
+//	sendMu -> mu
+//
+// ingestMu serializes writers (ingest, relist, index swaps) and the
+// enqueueing of what they committed, so the queue is in resourceVersion
+// order. sendMu is held by the dispatcher while it sends to watchers, and by
+// whoever closes a direct watcher's channel, so no send hits a closed
+// channel.
 type Cache struct {
 	cfg        Config
 	resource   string
 	fieldNames []string       // selectable fields, sorted; entry.fields is by this order
 	fieldIDs   map[string]int // field path -> ordinal
-	m          *cacheMetrics
+	// upstreamFields tells, by field ordinal, whether upstream can filter by it.
+	upstreamFields []bool
+	m              *cacheMetrics
 
 	ingestMu sync.Mutex
-	dispatch dispatcher // guarded by ingestMu
+	setMu    sync.Mutex        // one index change at a time
+	queue    chan dispatchItem // written under ingestMu, read by dispatch
+	sendMu   sync.Mutex
+	dispatch dispatcher // owned by the dispatch goroutine
 
-	// behind: since when consistent reads have found the cache short of
-	// upstream's resourceVersion (target), for their shared fallback budget.
-	behindMu     sync.Mutex
-	behindSince  time.Time
-	behindTarget uint64
-	// upstreamSlots holds one token per consistent read being answered upstream.
-	upstreamSlots chan struct{}
+	// reads is how consistent reads are proven fresh or answered upstream.
+	reads *consistentReads
 
-	mu        sync.RWMutex
-	cloneMu   sync.Mutex // btree Clone writes to the source tree: one at a time
-	tree      *btree.BTreeG[*entry]
-	indexes   *indexSet
-	rv        uint64
-	rvChanged chan struct{} // closed and replaced when rv advances
+	mu      sync.RWMutex
+	cloneMu sync.Mutex // btree Clone writes to the source tree: one at a time
+	tree    *btree.BTreeG[*entry]
+	indexes *indexSet
+	rv      uint64
+	seq     uint64 // of the last committed event
+	// rvChanged is closed and replaced when rv advances.
+	rvChanged chan struct{}
 	synced    bool
-	window    eventWindow
-	router    *router
+	stopped   bool
+	// generation counts relists: work prepared outside mu is redone if a
+	// relist swapped the state meanwhile.
+	generation uint64
+	window     eventWindow
+	router     *router
 
 	snapMu    sync.Mutex
 	snapshots map[uint64]*snapshot
 
 	stopOnce sync.Once
 	stopCh   chan struct{}
+	done     chan struct{} // closed when the dispatcher has returned
 
 	// broadcast registers every watcher as unindexed and hexShards matches
 	// shard selectors by formatting and comparing hex hashes per watcher:
@@ -132,8 +156,10 @@ func New(cfg Config) (*Cache, error) {
 		router:    newRouter(),
 		snapshots: map[uint64]*snapshot{},
 		stopCh:    make(chan struct{}),
+		done:      make(chan struct{}),
+		queue:     make(chan dispatchItem, dispatchQueue),
 	}
-	c.upstreamSlots = make(chan struct{}, max(cfg.MaxUpstreamReads, 1))
+	c.reads = newConsistentReads(c)
 	for name := range cfg.Fields {
 		c.fieldNames = append(c.fieldNames, name)
 	}
@@ -141,12 +167,21 @@ func New(cfg Config) (*Cache, error) {
 	for i, name := range c.fieldNames {
 		c.fieldIDs[name] = i
 	}
+	c.upstreamFields = make([]bool, len(c.fieldNames))
+	for _, f := range cfg.UpstreamFields {
+		id, ok := c.fieldIDs[f]
+		if !ok {
+			return nil, fmt.Errorf("indexcache: upstream field %q is not a selectable field", f)
+		}
+		c.upstreamFields[id] = true
+	}
 	c.indexes = newIndexSet()
 	for _, f := range cfg.AlwaysIndexedFields {
 		c.indexes.fields[c.fieldIDs[f]] = &fieldIndex{path: f, values: valueIndex{}}
 	}
 	c.m = newCacheMetrics(c.resource)
 	c.dispatch.budget = newTimeBudget(cfg.Clock, cfg.SlowWatcherBudget)
+	go c.runDispatch()
 	return c, nil
 }
 
@@ -180,24 +215,28 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 		case <-c.stopCh:
 			return
 		case <-bookmarks.C():
-			c.sendBookmarks()
+			c.requestBookmarks()
 		case <-housekeeping.C():
-			c.expireSnapshots()
+			c.expireHistory()
 			c.m.setIndexValues(c.IndexStats()) // cardinality drifts with ingest
 		}
 	}
 }
 
-// Stop closes every watcher and ends Run.
+// Stop closes every watcher, refuses new ones and ends Run and dispatch.
 func (c *Cache) Stop() {
 	c.stopOnce.Do(func() {
-		close(c.stopCh)
-		c.mu.RLock()
+		c.mu.Lock()
+		c.stopped = true
 		ws := c.router.list()
-		c.mu.RUnlock()
+		c.router = newRouter()
+		c.publishWatchersLocked()
+		c.mu.Unlock()
+		close(c.stopCh)
 		for _, w := range ws {
-			w.Stop()
+			w.stop(stopCache, false)
 		}
+		<-c.done
 	})
 }
 

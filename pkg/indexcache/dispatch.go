@@ -8,43 +8,77 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// dispatcher is the state of event delivery, used under Cache.ingestMu.
+// dispatchQueue is how many committed changes may wait for dispatch before
+// ingest waits too. Dispatch is bounded per event by the slow-watcher time
+// budget, so a full queue drains in bounded time.
+const dispatchQueue = 1024
+
+// dispatchItem is one entry of the dispatch queue, in resourceVersion order:
+// an event, a progress (the resourceVersion advanced without an event;
+// with a relist, the watchers it ends once they have had every event
+// before it), or a bookmark tick.
+type dispatchItem struct {
+	ev       *storeEvent
+	progress uint64
+	end      []*watcher
+	bookmark bool
+}
+
+// dispatcher is the dispatch goroutine's own state.
 type dispatcher struct {
 	epoch  uint64     // per event; marks watchers already taken as candidates
 	cands  []*watcher // reused candidate buffer
 	budget *timeBudget
+	// rv is the resourceVersion of the last item dispatched: every event up
+	// to it has been offered to its watchers, so a bookmark may claim it.
+	rv uint64
 }
 
-// commitAndUnlock applies ev to the store, the indexes and the event window,
-// finds the candidate watchers through the routing indexes, releases mu and
-// delivers. The caller holds ingestMu and mu; delivery happens after mu is
-// released (readers go on) but under ingestMu, so every watcher gets events
-// in order.
-func (c *Cache) commitAndUnlock(ev *storeEvent) {
-	if ev.typ == watch.Deleted {
-		c.tree.Delete(ev.prev)
-		c.indexes.update(ev.prev, nil)
-	} else {
-		if ev.prev != nil {
-			ev.cur.cell = ev.prev.cell
-		} else {
-			ev.cur.cell = &cell{}
-		}
-		ev.cur.cell.e = ev.cur
-		c.tree.ReplaceOrInsert(ev.cur)
-		c.indexes.update(ev.prev, ev.cur)
+// enqueue hands committed changes to the dispatcher in order. The caller
+// holds ingestMu. It waits while the queue is full; after Stop it drops.
+func (c *Cache) enqueue(it dispatchItem) {
+	select {
+	case c.queue <- it:
+	case <-c.stopCh:
 	}
-	ev.at = c.cfg.Clock.Now()
-	c.window.add(ev)
-	c.setRVLocked(ev.rv)
-	objects, watchers := c.tree.Len(), len(c.router.all)
-	c.dispatch.epoch++
-	cands := c.router.candidates(ev.prev, ev.cur, c.dispatch.epoch, c.dispatch.cands[:0])
-	c.mu.Unlock()
+}
 
-	c.m.objects.Set(float64(objects))
+// runDispatch delivers the queue until Stop.
+func (c *Cache) runDispatch() {
+	defer close(c.done)
+	for {
+		select {
+		case <-c.stopCh:
+			return
+		case it := <-c.queue:
+			switch {
+			case it.ev != nil:
+				c.dispatchEvent(it.ev)
+				c.dispatch.rv = max(c.dispatch.rv, it.ev.rv)
+			case it.bookmark:
+				c.sendBookmarks(c.dispatch.rv)
+			default:
+				c.endWatchers(it.end)
+				c.dispatch.rv = max(c.dispatch.rv, it.progress)
+			}
+		}
+	}
+}
+
+// dispatchEvent finds the candidate watchers of ev through the routing
+// indexes and delivers it to those whose selection it concerns.
+func (c *Cache) dispatchEvent(ev *storeEvent) {
+	d := &c.dispatch
+	c.mu.RLock()
+	d.epoch++
+	cands := c.router.candidates(ev.prev, ev.cur, d.epoch, d.cands[:0])
+	watchers := len(c.router.all)
+	c.mu.RUnlock()
+
 	c.m.candidates.Observe(float64(len(cands)))
+	c.sendMu.Lock()
 	delivered := c.deliver(ev, cands)
+	c.sendMu.Unlock()
 	// Filtered: watchers routing spared this event, plus candidates whose
 	// selector rejected it.
 	if filtered := watchers - delivered; filtered > 0 {
@@ -54,19 +88,35 @@ func (c *Cache) commitAndUnlock(ev *storeEvent) {
 		c.m.dispatched.Add(float64(delivered))
 	}
 	clear(cands)
-	c.dispatch.cands = cands[:0]
+	d.cands = cands[:0]
+}
+
+// endWatchers stops the watchers a relist ended.
+func (c *Cache) endWatchers(ws []*watcher) {
+	if len(ws) == 0 {
+		return
+	}
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	for _, w := range ws {
+		w.stop(stopRelist, true)
+	}
 }
 
 // deliver converts ev for each candidate and queues it; it returns how many
-// watchers got it. A watcher whose buffer is full gets a share of a bounded
-// time budget shared by all (as kube-apiserver's dispatchTimeoutBudget),
-// after which it alone is closed; its client resumes from the last
-// resourceVersion it saw.
+// watchers got it. The caller holds sendMu. Watchers that started after ev
+// (their initial state or replay has it) or stopped are skipped. A watcher
+// whose buffer is full gets a share of a bounded time budget shared by all
+// (as kube-apiserver's dispatchTimeoutBudget), after which it alone is
+// closed; its client resumes from the last resourceVersion it saw.
 func (c *Cache) deliver(ev *storeEvent, cands []*watcher) int {
 	delivered := 0
 	var budget time.Duration
 	took := false
 	for _, w := range cands {
+		if ev.seq <= w.startSeq || ev.rv <= w.fromRV || w.stopped() {
+			continue
+		}
 		out, ok := w.convert(ev)
 		if !ok {
 			continue

@@ -1,7 +1,13 @@
 package indexcache
 
 import (
+	stderrors "errors"
 	"fmt"
+	"net/http"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/storage"
@@ -55,3 +61,29 @@ func parseRV(s string) (uint64, error) {
 	}
 	return rv, nil
 }
+
+// errStopped answers the watches that arrive after Stop.
+func errStopped(gr schema.GroupResource) error {
+	return errors.NewServiceUnavailable(fmt.Sprintf("the cache of %s is stopped", gr))
+}
+
+// errWatcher is a watch whose stream is one ERROR event: how kube-apiserver
+// reports an error found after the request was accepted (a resourceVersion
+// too old or too new), with 200 and the Status in the stream.
+type errWatcher struct{ result chan watch.Event }
+
+func newErrWatcher(err error) watch.Interface {
+	w := &errWatcher{result: make(chan watch.Event, 1)}
+	status := &metav1.Status{Status: metav1.StatusFailure, Message: err.Error(), Reason: metav1.StatusReasonInternalError, Code: http.StatusInternalServerError}
+	var se errors.APIStatus
+	if stderrors.As(err, &se) {
+		s := se.Status()
+		status = &s
+	}
+	w.result <- watch.Event{Type: watch.Error, Object: status}
+	close(w.result)
+	return w
+}
+
+func (w *errWatcher) ResultChan() <-chan watch.Event { return w.result }
+func (w *errWatcher) Stop()                          {}

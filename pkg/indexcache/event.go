@@ -19,7 +19,10 @@ type storeEvent struct {
 	prev *entry
 	cur  *entry
 	rv   uint64
-	at   time.Time // when it was ingested, for the window's retention
+	// seq numbers events in commit order. resourceVersions do not: a
+	// tombstone's deletion takes the cache's current one.
+	seq uint64
+	at  time.Time // when it was ingested, for the window's retention
 
 	curOnce  sync.Once
 	curObj   *cachingObject

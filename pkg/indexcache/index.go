@@ -65,6 +65,19 @@ func newIndexSet() *indexSet {
 	return &indexSet{labels: map[string]*labelIndex{}, fields: map[int]*fieldIndex{}, namespaces: map[string]int{}}
 }
 
+// emptyCopy returns an index set with the same label and field indexes,
+// all empty.
+func (s *indexSet) emptyCopy() *indexSet {
+	out := newIndexSet()
+	for k, ix := range s.labels {
+		out.labels[k] = &labelIndex{key: ix.key, values: valueIndex{}}
+	}
+	for id, ix := range s.fields {
+		out.fields[id] = &fieldIndex{path: ix.path, values: valueIndex{}}
+	}
+	return out
+}
+
 func labelName(key string) string  { return "label:" + key }
 func fieldName(path string) string { return "field:" + path }
 

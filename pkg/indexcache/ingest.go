@@ -2,9 +2,9 @@ package indexcache
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 
+	"github.com/google/btree"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -49,8 +49,11 @@ func (i *ingest) UpdateResourceVersion(rv string) {
 	c.ingestMu.Lock()
 	defer c.ingestMu.Unlock()
 	c.mu.Lock()
-	c.setRVLocked(v)
+	advanced := c.setRVLocked(v)
 	c.mu.Unlock()
+	if advanced {
+		c.enqueue(dispatchItem{progress: v})
+	}
 }
 
 func (i *ingest) List() []interface{} {
@@ -130,10 +133,14 @@ func (c *Cache) apply(obj interface{}, deleted bool) error {
 	var ev *storeEvent
 	switch {
 	case deleted && !existed:
+		advanced := false
 		if e != nil {
-			c.setRVLocked(e.rv)
+			advanced = c.setRVLocked(e.rv)
 		}
 		c.mu.Unlock()
+		if advanced {
+			c.enqueue(dispatchItem{progress: e.rv})
+		}
 		return nil
 	case deleted && tombKey != "":
 		// A tombstone's object is stale and its deletion has no
@@ -142,9 +149,7 @@ func (c *Cache) apply(obj interface{}, deleted bool) error {
 		// so snapshots taken at it are dropped. (A Reflector never hands a
 		// store tombstones; informers' DeltaFIFO does.)
 		ev = &storeEvent{typ: watch.Deleted, prev: prev, cur: withRV(prev, max(c.rv, prev.rv)), rv: max(c.rv, prev.rv)}
-		c.commitAndUnlock(ev)
 		c.dropSnapshot(ev.rv)
-		return nil
 	case deleted:
 		ev = &storeEvent{typ: watch.Deleted, prev: prev, cur: e, rv: e.rv}
 	case e == nil:
@@ -160,89 +165,123 @@ func (c *Cache) apply(obj interface{}, deleted bool) error {
 	default:
 		ev = &storeEvent{typ: watch.Added, cur: e, rv: e.rv}
 	}
-	c.commitAndUnlock(ev)
+	c.commitLocked(ev)
+	objects := c.tree.Len()
+	c.mu.Unlock()
+	c.m.objects.Set(float64(objects))
+	c.enqueue(dispatchItem{ev: ev})
 	return nil
 }
 
-// Replace loads a full list. The first one fills the cache; later ones (the
-// Reflector relisting after an upstream restart or a 410) are diffed against
-// the cache and delivered as events, so open watches see no gap and no
-// duplicate: added and changed objects with their own resourceVersions in
-// ascending order, then deletions with the list's resourceVersion.
+// commitLocked applies ev to the store, the indexes and the event window.
+// The caller holds ingestMu and mu, and enqueues ev once it releases mu.
+func (c *Cache) commitLocked(ev *storeEvent) {
+	if ev.typ == watch.Deleted {
+		c.tree.Delete(ev.prev)
+		c.indexes.update(ev.prev, nil)
+	} else {
+		if ev.prev != nil {
+			ev.cur.cell = ev.prev.cell
+		} else {
+			ev.cur.cell = &cell{}
+		}
+		ev.cur.cell.e = ev.cur
+		c.tree.ReplaceOrInsert(ev.cur)
+		c.indexes.update(ev.prev, ev.cur)
+	}
+	c.seq++
+	ev.seq, ev.at = c.seq, c.cfg.Clock.Now()
+	c.window.add(ev)
+	c.setRVLocked(ev.rv)
+}
+
+// Replace loads a full list. The first one fills the cache. A later one
+// (the Reflector relisting after an upstream restart or a 410) is what
+// kube-apiserver's watch cache does with it: the relisted state is built
+// beside the live one and swapped in whole at the list's resourceVersion,
+// the event history restarts there, and every open watcher is ended.
+//
+// Why not deliver the difference as events: a deletion seen only in a
+// relist has no resourceVersion of its own, so several would share the
+// list's, and a client that saw one of them and resumed from it would miss
+// the others; changes carry resourceVersions from inside the gap, which on
+// another replica are resume points with a different history. So no event
+// of the gap is ever shown: a watcher resumes from the last resourceVersion
+// it saw, which is before the gap, and gets 410 and relists (or, on a
+// replica that saw the gap's real events, exactly those).
+//
+// A relist that finds the cache already at the same state changes nothing.
 func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 	c := i.c
 	listRV, err := strconv.ParseUint(resourceVersion, 10, 64)
 	if err != nil {
 		return fmt.Errorf("invalid list resourceVersion %q", resourceVersion)
 	}
-	entries := make(map[string]*entry, len(list))
+	// Build the new state without holding any lock readers or dispatch use.
+	tree := btree.NewG(32, lessEntry)
 	for _, obj := range list {
 		e, err := c.toEntry(obj)
 		if err != nil {
 			return err
 		}
-		entries[e.key] = e
+		e.cell = &cell{e: e}
+		tree.ReplaceOrInsert(e)
 	}
 
 	c.ingestMu.Lock()
 	defer c.ingestMu.Unlock()
-	c.mu.Lock()
-	if !c.synced {
-		for _, e := range entries {
-			e.cell = &cell{e: e}
-			c.tree.ReplaceOrInsert(e)
-			c.indexes.update(nil, e)
-		}
-		c.synced = true
-		c.window.startRV = listRV
-		c.setRVLocked(listRV)
-		n, stats := c.tree.Len(), c.indexes.stats()
-		c.mu.Unlock()
-		c.m.objects.Set(float64(n))
-		c.m.setIndexValues(stats)
-		klog.InfoS("Index cache synced", "resource", c.resource, "objects", n, "resourceVersion", listRV)
+	c.mu.RLock()
+	synced, cur, defs := c.synced, c.rv, c.indexes
+	old := c.cloneTree()
+	c.mu.RUnlock()
+	if synced && listRV <= cur && sameState(old, tree) {
+		klog.V(2).InfoS("Index cache relisted: nothing changed", "resource", c.resource, "resourceVersion", listRV)
 		return nil
 	}
-	var changes, gone []*storeEvent
-	c.tree.Ascend(func(old *entry) bool {
-		if _, ok := entries[old.key]; !ok {
-			gone = append(gone, &storeEvent{typ: watch.Deleted, prev: old, cur: withRV(old, max(listRV, c.rv)), rv: max(listRV, c.rv)})
-		}
-		return true
-	})
-	for _, e := range entries {
-		old, ok := c.tree.Get(e)
-		switch {
-		case !ok:
-			changes = append(changes, &storeEvent{typ: watch.Added, cur: e, rv: e.rv})
-		case old.rv != e.rv:
-			changes = append(changes, &storeEvent{typ: watch.Modified, prev: old, cur: e, rv: e.rv})
-		}
-	}
-	sort.Slice(changes, func(a, b int) bool {
-		if changes[a].rv != changes[b].rv {
-			return changes[a].rv < changes[b].rv
-		}
-		return changes[a].cur.key < changes[b].cur.key
-	})
-	// gone came out of the tree in key order.
-	c.mu.Unlock()
-	if len(changes) > 0 && changes[0].rv <= c.ResourceVersion() {
-		klog.InfoS("Relist returned changes older than the cache's resourceVersion; watchers resuming from it may miss them",
-			"resource", c.resource, "oldest", changes[0].rv, "cache", c.ResourceVersion())
-	}
-	c.m.relists.Inc()
-	klog.InfoS("Index cache relisted", "resource", c.resource, "changed", len(changes), "deleted", len(gone), "resourceVersion", listRV)
-	for _, ev := range changes {
-		c.mu.Lock()
-		c.commitAndUnlock(ev)
-	}
-	for _, ev := range gone {
-		c.mu.Lock()
-		c.commitAndUnlock(ev)
-	}
+	indexes := defs.emptyCopy()
+	tree.Ascend(func(e *entry) bool { indexes.update(nil, e); return true })
+
 	c.mu.Lock()
-	c.setRVLocked(listRV)
+	if synced && listRV < cur {
+		// Upstream went back (etcd restored from a backup): resourceVersions
+		// never go back here, so the new state is served at ours.
+		klog.InfoS("Relist is older than the cache; serving it at the cache's resourceVersion", "resource", c.resource, "list", listRV, "cache", cur)
+	}
+	rv := max(listRV, cur)
+	c.tree, c.indexes = tree, indexes
+	c.window.reset(rv)
+	c.setRVLocked(rv)
+	c.synced = true
+	c.generation++
+	// The watchers open now end once they have had the events queued
+	// before the relist; the ones that register from now on start after it.
+	ended := c.router.list()
+	n, stats := c.tree.Len(), c.indexes.stats()
 	c.mu.Unlock()
+	c.dropSnapshotsBefore(rv)
+	c.enqueue(dispatchItem{progress: rv, end: ended})
+
+	c.m.objects.Set(float64(n))
+	c.m.setIndexValues(stats)
+	if synced {
+		c.m.relists.Inc()
+		klog.InfoS("Index cache relisted", "resource", c.resource, "objects", n, "resourceVersion", rv, "endedWatchers", len(ended))
+	} else {
+		klog.InfoS("Index cache synced", "resource", c.resource, "objects", n, "resourceVersion", rv)
+	}
 	return nil
+}
+
+// sameState tells whether two trees hold the same object versions.
+func sameState(a, b *btree.BTreeG[*entry]) bool {
+	if a.Len() != b.Len() {
+		return false
+	}
+	same := true
+	a.Ascend(func(e *entry) bool {
+		o, ok := b.Get(e)
+		same = ok && o.rv == e.rv
+		return same
+	})
+	return same
 }

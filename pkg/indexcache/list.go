@@ -51,9 +51,17 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		}
 		startKey = strings.TrimPrefix(key, continuePrefix)
 		if rv < 0 {
-			// The token of a 410: continue at the latest state.
+			// The token of a 410: continue at the latest state, read
+			// consistently as kube-apiserver does (etcd's current revision).
+			if err := c.waitConsistent(ctx); err != nil {
+				return nil, err
+			}
 			v = c.live(pred, opts.Limit > 0)
 			break
+		}
+		// A token from a replica that is ahead: wait to reach its state.
+		if err := c.waitFor(ctx, uint64(rv)); err != nil {
+			return nil, err
 		}
 		if v, err = c.stateAt(uint64(rv), pred); err != nil {
 			if isExpired(err) {
@@ -61,7 +69,10 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 			}
 			return nil, err
 		}
-	case opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
+	case opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact,
+		opts.ResourceVersionMatch == "" && opts.Limit > 0 && opts.ResourceVersion != "" && opts.ResourceVersion != "0":
+		// Exact, asked for or (a resourceVersion with a limit and no match,
+		// kube-apiserver's list semantics) implied.
 		if opts.ResourceVersion == "" || opts.ResourceVersion == "0" {
 			// Validation refuses this before storage; answer alike.
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("resourceVersionMatch \"exact\" is forbidden for resourceVersion %q", opts.ResourceVersion))
@@ -77,10 +88,7 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 			return nil, err
 		}
 	case opts.ResourceVersion == "":
-		q := upstreamRead{namespace: opts.Namespace, limit: opts.Limit}
-		if opts.Label != nil {
-			q.label = opts.Label.String()
-		}
+		q := c.newUpstreamRead(pred, opts.Limit)
 		if q.limit == 0 {
 			q.limit = upstreamPageLimit
 		}

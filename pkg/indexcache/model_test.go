@@ -111,6 +111,9 @@ type model struct {
 	// tombs are deletions fed as tombstones: they carry the cache's current
 	// resourceVersion, which a bookmark may already have announced.
 	tombs map[string]bool
+	// relists holds len(events) before each relist's missed events: a
+	// relist ends every open watcher there.
+	relists []int
 }
 
 func (m *model) snapshot() {
@@ -310,6 +313,7 @@ type recordedWatch struct {
 	initial  int      // leading state events, in key order rather than RV order
 	expected []string // without periodic bookmarks
 	liveFrom int      // m.events from this index on are expected live
+	relists  int      // len(m.relists) when it started: a later relist ends it
 	got      chan string
 }
 
@@ -410,7 +414,7 @@ func runModel(t *testing.T, seed int64, ops int) {
 				t.Fatal(err)
 			}
 		case r < 67:
-			c.sendBookmarks()
+			c.requestBookmarks()
 		case r < 80:
 			if l := checkList(ctx, t, c, m, m.randomQuery()); l != nil {
 				open = append(open, l)
@@ -435,7 +439,15 @@ func runModel(t *testing.T, seed int64, ops int) {
 		}
 	}
 	for i, rw := range watches {
-		for _, ev := range m.events[rw.liveFrom:] {
+		live := m.events[rw.liveFrom:]
+		// A relist ends the watcher: its stream stops somewhere before the
+		// relist (a prefix of what it would have had; the client resumes
+		// from the last resourceVersion it saw).
+		ended := len(m.relists) > rw.relists
+		if ended {
+			live = m.events[rw.liveFrom:m.relists[rw.relists]]
+		}
+		for _, ev := range live {
 			if s, ok := rw.q.expectEvent(ev); ok {
 				rw.expected = append(rw.expected, s)
 			}
@@ -448,7 +460,11 @@ func runModel(t *testing.T, seed int64, ops int) {
 				events = append(events, s)
 			}
 		}
-		if fmt.Sprint(events) != fmt.Sprint(rw.expected) {
+		want := rw.expected
+		if ended && len(events) < len(want) {
+			want = want[:len(events)]
+		}
+		if fmt.Sprint(events) != fmt.Sprint(want) {
 			t.Fatalf("watcher %d %s %s:\n got  %v\n want %v", i, rw.descr, rw.q.descr, events, rw.expected)
 		}
 	}
@@ -499,59 +515,27 @@ func (m *model) mutateCache(t *testing.T, in IngestStore, tombstoneOK bool) {
 }
 
 // relist: the cache missed some events and the reflector lists again. The
-// expected events: changes with their own RVs in order, then deletions at
-// the list's RV in key order.
+// missed events are upstream's history (other replicas and Exact reads may
+// know them); the cache restarts its history at the list's RV and ends
+// every open watcher.
 func (m *model) relist(t *testing.T, in IngestStore) {
 	t.Helper()
-	before := map[string]*indexing.Pod{}
-	for k, v := range m.state {
-		before[k] = v
-	}
+	m.relists = append(m.relists, len(m.events))
 	for i := m.rng.Intn(5); i >= 0; i-- {
-		m.mutate()
+		m.events = append(m.events, m.mutate())
+		m.snapshot()
 	}
 	m.rv++
 	listRV := m.rv
 	var list []interface{}
-	var changes, gone []modelEvent
-	for k, p := range m.state {
+	for _, p := range m.state {
 		list = append(list, p)
-		if old, ok := before[k]; !ok {
-			changes = append(changes, modelEvent{typ: watch.Added, cur: p, rv: podRV(p)})
-		} else if old.ResourceVersion != p.ResourceVersion {
-			changes = append(changes, modelEvent{typ: watch.Modified, prev: old, cur: p, rv: podRV(p)})
-		}
 	}
-	for k, old := range before {
-		if _, ok := m.state[k]; !ok {
-			g := old.DeepCopy()
-			g.ResourceVersion = strconv.FormatUint(listRV, 10)
-			gone = append(gone, modelEvent{typ: watch.Deleted, prev: old, cur: g, rv: listRV})
-		}
-	}
-	sort.Slice(changes, func(i, j int) bool { return changes[i].rv < changes[j].rv })
-	sort.Slice(gone, func(i, j int) bool { return key(gone[i].prev) < key(gone[j].prev) })
 	m.rng.Shuffle(len(list), func(i, j int) { list[i], list[j] = list[j], list[i] })
 	if err := in.Replace(list, strconv.FormatUint(listRV, 10)); err != nil {
 		t.Fatal(err)
 	}
 	m.cacheRV = listRV
-	// The states the cache went through, for Exact reads.
-	cur := before
-	for _, ev := range append(changes, gone...) {
-		next := map[string]*indexing.Pod{}
-		for k, v := range cur {
-			next[k] = v
-		}
-		if ev.typ == watch.Deleted {
-			delete(next, key(ev.prev))
-		} else {
-			next[key(ev.cur)] = ev.cur
-		}
-		m.states[ev.rv] = next
-		cur = next
-		m.events = append(m.events, ev)
-	}
 	m.snapshot()
 }
 
@@ -582,6 +566,8 @@ func checkList(ctx context.Context, t *testing.T, c *Cache, m *model, q query) *
 	}
 	if m.rng.Intn(2) == 0 {
 		l.opts.Limit = int64(1 + m.rng.Intn(4))
+		// A resourceVersion with a limit and no match is Exact.
+		exact = exact || (l.opts.ResourceVersion != "" && l.opts.ResourceVersion != "0")
 	}
 	oldest := c.window.startRV
 	l.first = fmt.Sprintf("rv=%s match=%s limit=%d", l.opts.ResourceVersion, l.opts.ResourceVersionMatch, l.opts.Limit)
@@ -638,9 +624,13 @@ func (l *openList) take(t *testing.T, res *ListResult) bool {
 
 func continueList(ctx context.Context, t *testing.T, c *Cache, l *openList) bool {
 	t.Helper()
+	oldest := c.window.startRV
 	res, err := c.List(ctx, l.opts)
 	if err != nil {
-		t.Fatalf("continue list %s: %v", l.q.descr, err)
+		if l.rv < oldest && errors.IsResourceExpired(err) {
+			return true // the history no longer reaches the token's state
+		}
+		t.Fatalf("continue list %s at %d (history from %d): %v", l.q.descr, l.rv, oldest, err)
 	}
 	return l.take(t, res)
 }
@@ -691,10 +681,13 @@ func startWatch(ctx context.Context, t *testing.T, c *Cache, m *model) *recorded
 	oldest := c.window.startRV
 	w, err := c.Watch(ctx, opts)
 	if err != nil {
-		if from > 0 && from < oldest && errors.IsResourceExpired(err) {
-			return nil
-		}
 		t.Fatalf("watch %s %s: %v", q.descr, rw.descr, err)
+	}
+	if from > 0 && from < oldest {
+		if err := watchError(t, w); !errors.IsResourceExpired(err) {
+			t.Fatalf("watch %s %s from before the window: %v, want 410", q.descr, rw.descr, err)
+		}
+		return nil // legitimately expired
 	}
 	rw.w = w
 	switch {
@@ -717,6 +710,7 @@ func startWatch(ctx context.Context, t *testing.T, c *Cache, m *model) *recorded
 		}
 	}
 	rw.liveFrom = len(m.events)
+	rw.relists = len(m.relists)
 	go func() {
 		for ev := range w.ResultChan() {
 			rw.got <- describe(ev)

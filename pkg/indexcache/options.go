@@ -56,6 +56,11 @@ type Config struct {
 	// transformed like ingested objects, at upstream's list resourceVersion;
 	// complete is false when upstream has more. See ConsistentReadFallback.
 	ReadUpstream func(ctx context.Context, namespace, label, field string, limit int64) (objs []runtime.Object, rv uint64, complete bool, err error)
+	// UpstreamFields are the fields of Fields that upstream can filter by: a
+	// consistent read answered upstream sends those requirements of its field
+	// selector (so upstream returns the matching objects, not the first
+	// page of all), and applies the others itself.
+	UpstreamFields []string
 	// ConsistentReadFallback is how long a consistent GET or single-page LIST
 	// waits for the cache to prove itself fresh before it asks ReadUpstream
 	// instead. When upstream's resourceVersion moved through other resources,

@@ -199,12 +199,15 @@ func (r *router) shardIndex(w *watcher) *shardIndex {
 // or the new state hits, in any routing index, plus the unindexed ones, each
 // once: epoch marks the watchers already taken for this event.
 func (r *router) candidates(old, new *entry, epoch uint64, out []*watcher) []*watcher {
+	takeOne := func(w *watcher) {
+		if w.epoch != epoch {
+			w.epoch = epoch
+			out = append(out, w)
+		}
+	}
 	take := func(ws watcherSet) {
 		for w := range ws {
-			if w.epoch != epoch {
-				w.epoch = epoch
-				out = append(out, w)
-			}
+			takeOne(w)
 		}
 	}
 	for _, e := range [2]*entry{old, new} {
@@ -224,18 +227,8 @@ func (r *router) candidates(old, new *entry, epoch uint64, out []*watcher) []*wa
 				take(byValue[v])
 			}
 		}
-		for _, w := range r.uidShards.lookup(e.uidHash) {
-			if w.epoch != epoch {
-				w.epoch = epoch
-				out = append(out, w)
-			}
-		}
-		for _, w := range r.nsShards.lookup(e.nsHash) {
-			if w.epoch != epoch {
-				w.epoch = epoch
-				out = append(out, w)
-			}
-		}
+		r.uidShards.lookup(e.uidHash, takeOne)
+		r.nsShards.lookup(e.nsHash, takeOne)
 	}
 	take(r.unindexed)
 	return out

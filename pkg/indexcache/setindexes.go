@@ -3,14 +3,18 @@ package indexcache
 import (
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/watch"
+
 	"k8s.io/klog/v2"
 )
 
 // SetIndexes replaces the policy-chosen label and field indexes (the
 // always-indexed fields stay). New indexes are built beside the live ones
-// while lists keep being served, then swapped in whole; watchers are re-homed
-// in the same critical section, so none is ever registered in an index that
-// is gone and no event slips between.
+// from a copy-on-write clone, with nothing locked: ingest, lists and
+// watches go on. Then, in one short critical section, they catch up with
+// the events committed meanwhile and are swapped in whole, and watchers are
+// re-homed, so none is ever registered in an index that is gone and no
+// event slips between.
 func (c *Cache) SetIndexes(labelKeys, fieldPaths []string) error {
 	for _, f := range fieldPaths {
 		if _, ok := c.fieldIDs[f]; !ok {
@@ -20,64 +24,82 @@ func (c *Cache) SetIndexes(labelKeys, fieldPaths []string) error {
 			return fmt.Errorf("field %q is always indexed for %s", f, c.resource)
 		}
 	}
-	// Holding ingestMu freezes the store: the build reads a clone without
-	// blocking readers, and no change can land before the swap.
-	c.ingestMu.Lock()
-	defer c.ingestMu.Unlock()
-	c.mu.RLock()
-	cur := c.indexes
-	tree := c.cloneTree()
-	c.mu.RUnlock()
+	c.setMu.Lock()
+	defer c.setMu.Unlock()
+	for {
+		c.mu.RLock()
+		cur, gen, at := c.indexes, c.generation, c.rv
+		tree := c.cloneTree()
+		c.mu.RUnlock()
 
-	next := &indexSet{labels: map[string]*labelIndex{}, fields: map[int]*fieldIndex{}, namespaces: cur.namespaces}
-	var build []func(*entry)
+		next, built := c.planIndexes(cur, labelKeys, fieldPaths)
+		if len(built.labels)+len(built.fields) > 0 {
+			tree.Ascend(func(e *entry) bool { built.update(nil, e); return true })
+		}
+		if c.swapIndexes(next, built, gen, at) {
+			stats := next.stats()
+			c.m.setIndexValues(stats)
+			klog.V(2).InfoS("Index cache indexes set", "resource", c.resource, "labels", labelKeys, "fields", fieldPaths,
+				"built", len(built.labels)+len(built.fields))
+			return nil
+		}
+	}
+}
+
+// planIndexes returns the next index set, sharing the indexes cur already
+// has, and the set of those that must be built (the same index objects).
+func (c *Cache) planIndexes(cur *indexSet, labelKeys, fieldPaths []string) (next, built *indexSet) {
+	next = &indexSet{labels: map[string]*labelIndex{}, fields: map[int]*fieldIndex{}, namespaces: cur.namespaces}
+	// built counts namespaces in a map of its own: only its indexes matter.
+	built = newIndexSet()
 	for _, k := range labelKeys {
 		if ix, ok := cur.labels[k]; ok {
 			next.labels[k] = ix
 			continue
 		}
 		ix := &labelIndex{key: k, values: valueIndex{}}
-		next.labels[k] = ix
-		build = append(build, func(e *entry) {
-			if v, ok := e.labels[ix.key]; ok {
-				ix.values.add(v, e)
-			}
-		})
+		next.labels[k], built.labels[k] = ix, ix
 	}
 	for _, f := range append(append([]string{}, c.cfg.AlwaysIndexedFields...), fieldPaths...) {
 		id := c.fieldIDs[f]
+		if _, ok := next.fields[id]; ok {
+			continue
+		}
 		if ix, ok := cur.fields[id]; ok {
 			next.fields[id] = ix
 			continue
 		}
-		if _, ok := next.fields[id]; ok {
-			continue
-		}
 		ix := &fieldIndex{path: f, values: valueIndex{}}
-		next.fields[id] = ix
-		build = append(build, func(e *entry) {
-			for _, v := range e.fields[id] {
-				ix.values.add(v, e)
-			}
-		})
+		next.fields[id], built.fields[id] = ix, ix
 	}
-	if len(build) > 0 {
-		tree.Ascend(func(e *entry) bool {
-			for _, b := range build {
-				b(e)
-			}
-			return true
-		})
-	}
+	return next, built
+}
 
+// swapIndexes brings the built indexes up to date with the events after at
+// and makes next the live set. It reports false when a relist replaced the
+// state since at, or the window no longer reaches at (build again).
+func (c *Cache) swapIndexes(next, built *indexSet, gen, at uint64) bool {
+	c.ingestMu.Lock()
+	defer c.ingestMu.Unlock()
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.generation != gen {
+		return false
+	}
+	events, ok := c.window.since(at)
+	if !ok {
+		return false
+	}
+	for _, ev := range events {
+		if ev.typ == watch.Deleted {
+			built.update(ev.prev, nil)
+		} else {
+			built.update(ev.prev, ev.cur)
+		}
+	}
 	c.indexes = next
 	c.rehomeLocked()
-	stats := next.stats()
-	c.mu.Unlock()
-	c.m.setIndexValues(stats)
-	klog.V(2).InfoS("Index cache indexes set", "resource", c.resource, "labels", labelKeys, "fields", fieldPaths, "built", len(build))
-	return nil
+	return true
 }
 
 // rehomeLocked registers every watcher again in the best index of the

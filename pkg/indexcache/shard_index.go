@@ -1,64 +1,117 @@
 package indexcache
 
 import (
-	"sort"
+	"math/bits"
+	"slices"
 )
 
-// shardIndex finds the watchers whose hash ranges contain a hash in
-// O(log W + matches): the ranges' bounds cut the hash space into segments,
-// each listing the watchers that cover it. Watchers come and go far less
-// often than events arrive, so it is rebuilt lazily after a change.
+// shardIndex finds the watchers whose hash ranges contain a hash. Each range
+// is cut into aligned power-of-two blocks (at most 128 per range; a shard
+// of an even split is one block), and a block of size 2^k starting at s is
+// filed under (k, s>>k). A hash lies in exactly one block of each size, so a
+// lookup visits one bucket per block size in use: O(sizes + matches).
+// Adding or removing a watcher touches only its own blocks: there is no
+// rebuild, whatever the ranges or how they nest.
 type shardIndex struct {
-	ranges  map[*watcher][]shardRange
-	dirty   bool
-	bounds  []uint64     // segment i is [bounds[i], bounds[i+1])
-	members [][]*watcher // watchers covering segment i
+	bySize [65]map[uint64]watcherSet // by log2 of the block size
+	sizes  []int                     // block sizes in use, ascending
+	blocks map[*watcher][]shardBlock
 }
 
-func newShardIndex() *shardIndex { return &shardIndex{ranges: map[*watcher][]shardRange{}} }
+type shardBlock struct {
+	size int // log2; 64 is the whole hash space
+	key  uint64
+}
 
-func (s *shardIndex) add(w *watcher, rs []shardRange) { s.ranges[w] = rs; s.dirty = true }
-func (s *shardIndex) remove(w *watcher)               { delete(s.ranges, w); s.dirty = true }
+func newShardIndex() *shardIndex { return &shardIndex{blocks: map[*watcher][]shardBlock{}} }
 
-func (s *shardIndex) rebuild() {
-	s.dirty = false
-	set := map[uint64]struct{}{0: {}}
-	for _, rs := range s.ranges {
-		for _, r := range rs {
-			set[r.start] = struct{}{}
-			if !r.open {
-				set[r.end] = struct{}{}
-			}
-		}
+func (s *shardIndex) len() int { return len(s.blocks) }
+
+func (s *shardIndex) add(w *watcher, rs []shardRange) {
+	var bs []shardBlock
+	for _, r := range rs {
+		bs = appendBlocks(bs, r)
 	}
-	s.bounds = s.bounds[:0]
-	for b := range set {
-		s.bounds = append(s.bounds, b)
-	}
-	sort.Slice(s.bounds, func(i, j int) bool { return s.bounds[i] < s.bounds[j] })
-	s.members = make([][]*watcher, len(s.bounds))
-	for w, rs := range s.ranges {
-		for _, r := range rs {
-			i := sort.Search(len(s.bounds), func(i int) bool { return s.bounds[i] >= r.start })
-			for ; i < len(s.bounds) && (r.open || s.bounds[i] < r.end); i++ {
-				s.members[i] = append(s.members[i], w)
-			}
+	s.blocks[w] = bs
+	for _, b := range bs {
+		m := s.bySize[b.size]
+		if m == nil {
+			m = map[uint64]watcherSet{}
+			s.bySize[b.size] = m
+			s.sizes = append(s.sizes, b.size)
+			slices.Sort(s.sizes)
 		}
+		addToSet(m, b.key, w)
 	}
 }
 
-// lookup returns the watchers whose ranges contain h; a watcher whose
-// ranges overlap may be listed more than once (the caller dedupes).
-func (s *shardIndex) lookup(h uint64) []*watcher {
-	if len(s.ranges) == 0 {
-		return nil
+func (s *shardIndex) remove(w *watcher) {
+	for _, b := range s.blocks[w] {
+		m := s.bySize[b.size]
+		if ws := m[b.key]; ws != nil {
+			delete(ws, w)
+			if len(ws) == 0 {
+				delete(m, b.key)
+			}
+		}
+		if len(m) == 0 && m != nil {
+			s.bySize[b.size] = nil
+			s.sizes = slices.DeleteFunc(s.sizes, func(k int) bool { return k == b.size })
+		}
 	}
-	if s.dirty {
-		s.rebuild()
+	delete(s.blocks, w)
+}
+
+// lookup calls fn for each watcher whose ranges contain h; a watcher whose
+// ranges overlap may be visited more than once (the caller dedupes).
+func (s *shardIndex) lookup(h uint64, fn func(*watcher)) {
+	for _, k := range s.sizes {
+		key := uint64(0)
+		if k < 64 {
+			key = h >> k
+		}
+		for w := range s.bySize[k][key] {
+			fn(w)
+		}
 	}
-	i := sort.Search(len(s.bounds), func(i int) bool { return s.bounds[i] > h }) - 1
-	if i < 0 {
-		return nil
+}
+
+func addToSet(m map[uint64]watcherSet, k uint64, w *watcher) {
+	ws := m[k]
+	if ws == nil {
+		ws = watcherSet{}
+		m[k] = ws
 	}
-	return s.members[i]
+	ws[w] = struct{}{}
+}
+
+// appendBlocks cuts r into the fewest aligned power-of-two blocks: from the
+// start, each time the largest block the position is aligned to that still
+// fits before the end.
+func appendBlocks(out []shardBlock, r shardRange) []shardBlock {
+	lo := r.start
+	for r.open || lo < r.end {
+		if r.open && lo == 0 {
+			return append(out, shardBlock{size: 64})
+		}
+		// room is the distance to the end; for an open range 2^64-lo,
+		// which fits in a uint64 because lo > 0 here.
+		room := r.end - lo
+		if r.open {
+			room = -lo
+		}
+		k := 63
+		if lo != 0 {
+			k = bits.TrailingZeros64(lo)
+		}
+		for uint64(1)<<k > room {
+			k--
+		}
+		out = append(out, shardBlock{size: k, key: lo >> k})
+		lo += uint64(1) << k
+		if lo == 0 { // wrapped: reached 2^64
+			return out
+		}
+	}
+	return out
 }

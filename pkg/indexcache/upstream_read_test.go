@@ -194,19 +194,19 @@ func TestFallbackBudgetIsShared(t *testing.T) {
 	}
 	t.Cleanup(c.Stop)
 	synced(t, c) // at 10
-	if b := c.fallbackBudget(20); b != 50*time.Millisecond {
+	if b := c.reads.fallbackBudget(20); b != 50*time.Millisecond {
 		t.Fatalf("first read behind: budget %v, want all of it", b)
 	}
 	clk.Step(30 * time.Millisecond)
-	if b := c.fallbackBudget(25); b != 20*time.Millisecond {
+	if b := c.reads.fallbackBudget(25); b != 20*time.Millisecond {
 		t.Fatalf("a read 30ms later: budget %v, want the 20ms left", b)
 	}
 	clk.Step(time.Second)
-	if b := c.fallbackBudget(30); b > 0 {
+	if b := c.reads.fallbackBudget(30); b > 0 {
 		t.Fatalf("a read while the cache is still behind: budget %v, want none", b)
 	}
 	c.Ingest().UpdateResourceVersion("20") // caught up with the first target
-	if b := c.fallbackBudget(40); b != 50*time.Millisecond {
+	if b := c.reads.fallbackBudget(40); b != 50*time.Millisecond {
 		t.Fatalf("a read after the cache caught up: budget %v, want all of it", b)
 	}
 }

@@ -3,8 +3,13 @@ package indexcache
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 )
+
+// maxRegisterAttempts bounds how often a watch redoes its preparation
+// because a relist swapped the state under it.
+const maxRegisterAttempts = 3
 
 // Watch opens a watch, following kube-apiserver's watch cache:
 //
@@ -16,10 +21,18 @@ import (
 //     events, then live events (legacy). With SendInitialEvents=false: live
 //     events only.
 //   - RV "N": the retained events after N, then live events; 410 Gone when N
-//     is older than the event window.
+//     is older than the event window. An N newer than the cache (a replica
+//     behind the one the client read from) opens at once and skips the
+//     events up to N, as kube-apiserver's cacher does.
 //
-// Registration and the initial events are computed with ingest held, so
-// there is no gap and no duplicate between them and the live events.
+// Errors found once the request is understood (410, 504) come as the
+// stream's one ERROR event, as kube-apiserver sends them.
+//
+// The initial events are prepared from a copy-on-write clone without
+// holding the cache's lock, then completed with the events committed
+// meanwhile and registered in one short critical section; the dispatcher
+// skips what they already cover. So a watch costs ingest and other clients
+// O(events committed while it prepared), whatever its initial state.
 func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, error) {
 	pred, err := c.compile(opts.Namespace, opts.Label, opts.Field, opts.Shard)
 	if err != nil {
@@ -34,67 +47,124 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		sendState = *opts.SendInitialEvents
 	}
 	var fromRV uint64
-	switch {
-	case sendState && opts.SendInitialEvents != nil:
-		if err := c.waitFresh(ctx, rv); err != nil {
-			return nil, err
-		}
-	case rv == "" || rv == "0":
-	default:
+	if rv != "" && rv != "0" {
 		if fromRV, err = parseRV(rv); err != nil {
 			return nil, err
 		}
-		if err := c.waitFor(ctx, fromRV); err != nil {
-			return nil, err
+	}
+	if sendState && opts.SendInitialEvents != nil {
+		if err := c.waitFresh(ctx, rv); err != nil {
+			return newErrWatcher(err), nil
 		}
 	}
-
 	w := &watcher{
 		c:              c,
 		pred:           pred,
 		allowBookmarks: opts.AllowWatchBookmarks,
 		done:           make(chan struct{}),
 	}
-	var initial []watch.Event
-	c.ingestMu.Lock()
-	defer c.ingestMu.Unlock()
+	for range maxRegisterAttempts {
+		ok, err := c.register(w, sendState, sendState && opts.SendInitialEvents != nil && opts.AllowWatchBookmarks, fromRV)
+		if err != nil {
+			if _, isStatus := err.(errors.APIStatus); isStatus && !errors.IsServiceUnavailable(err) {
+				return newErrWatcher(err), nil
+			}
+			return nil, err
+		}
+		if ok {
+			w.stopWith(ctx)
+			return w, nil
+		}
+	}
+	return nil, errors.NewTooManyRequests("the cache relisted while the watch was starting; try again", 1)
+}
+
+// register prepares w's initial events and registers it. It reports false
+// when a relist swapped the state meanwhile (prepare again).
+func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64) (bool, error) {
+	pred := w.pred
+	// Prepare under the read lock: O(1) (a clone, or the index candidates)
+	// or a copy of the window's pointers after fromRV.
 	c.mu.RLock()
-	cur := c.rv
+	if c.stopped {
+		c.mu.RUnlock()
+		return false, errStopped(c.cfg.GroupResource)
+	}
+	gen, at, seq := c.generation, c.rv, c.seq
+	var v view
+	var replay []*storeEvent
 	switch {
 	case sendState:
-		entries, _ := c.selectLocked(pred)
-		initial = make([]watch.Event, 0, len(entries)+1)
-		for _, e := range entries {
-			// A wrapper per event: encoders may stamp the kind on what they
-			// get, and the object is shared with the cache.
-			initial = append(initial, watch.Event{Type: watch.Added, Object: newCachingObject(e.obj)})
+		v.candidates, v.index, v.indexed = c.indexes.candidates(pred)
+		if !v.indexed {
+			v.tree = c.cloneTree()
 		}
-		if opts.SendInitialEvents != nil && opts.AllowWatchBookmarks {
-			initial = append(initial, c.bookmarkEvent(cur, true))
-		}
-	case rv == "" || rv == "0":
+	case fromRV == 0:
+	case fromRV >= at: // nothing to replay (an N from the future opens at once)
 	default:
-		events, ok := c.window.since(fromRV)
-		if !ok {
+		var ok bool
+		if replay, ok = c.window.since(fromRV); !ok {
 			oldest := c.window.startRV
 			c.mu.RUnlock()
-			return nil, errTooOldRV(fromRV, oldest)
+			return false, errTooOldRV(fromRV, oldest)
+		}
+	}
+	c.mu.RUnlock()
+
+	var initial []watch.Event
+	if sendState {
+		entries := v.candidates
+		if !v.indexed {
+			entries = nil
+			c.scan(v.tree, pred, "", func(e *entry) bool { entries = append(entries, e); return true })
+		}
+		initial = make([]watch.Event, 0, len(entries)+1)
+		for _, e := range entries {
+			if pred.matches(e) {
+				// A wrapper per event: encoders may stamp the kind on what
+				// they get, and the object is shared with the cache.
+				initial = append(initial, watch.Event{Type: watch.Added, Object: newCachingObject(e.obj)})
+			}
+		}
+	}
+	for _, ev := range replay {
+		if out, ok := w.convert(ev); ok {
+			initial = append(initial, out)
+		}
+	}
+
+	// Complete with what was committed meanwhile, and register.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return false, errStopped(c.cfg.GroupResource)
+	}
+	if c.generation != gen {
+		return false, nil
+	}
+	if c.seq > seq {
+		events, ok := c.window.sinceSeq(seq)
+		if !ok { // the window moved past the preparation: start over
+			return false, nil
 		}
 		for _, ev := range events {
+			if ev.rv <= fromRV {
+				continue
+			}
 			if out, ok := w.convert(ev); ok {
 				initial = append(initial, out)
 			}
 		}
 	}
-	c.mu.RUnlock()
-	w.sentRV.Store(cur)
+	w.startSeq, w.fromRV = c.seq, fromRV
+	startRV := max(c.rv, fromRV)
+	if endBookmark {
+		initial = append(initial, c.bookmarkEvent(startRV, true))
+	}
+	w.sentRV.Store(startRV)
 	w.start(initial, c.cfg.WatchBuffer)
-
-	c.mu.Lock()
 	w.route = c.chooseRoute(pred)
 	c.router.add(w)
 	c.publishWatchersLocked()
-	c.mu.Unlock()
-	w.stopWith(ctx)
-	return w, nil
+	return true, nil
 }

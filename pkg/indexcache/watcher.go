@@ -15,6 +15,8 @@ type stopReason string
 const (
 	stopClient stopReason = "client"
 	stopSlow   stopReason = "slow"
+	stopRelist stopReason = "relist"
+	stopCache  stopReason = "cache stopped"
 )
 
 // watcher is one open watch.
@@ -26,13 +28,18 @@ const (
 // goroutine that sends them, then forwards what the dispatcher queued in
 // input meanwhile and after.
 //
-// Sends to a direct watcher's result happen under Cache.ingestMu, and it is
-// closed under ingestMu, so no send ever hits a closed channel.
+// Sends to a direct watcher's result happen under Cache.sendMu, and it is
+// closed under sendMu, so no send ever hits a closed channel.
 type watcher struct {
 	c              *Cache
 	pred           *predicate
 	route          route // guarded by Cache.mu
 	allowBookmarks bool
+	// The initial events (state or replay) cover every event up to
+	// startSeq, and a watch from a resourceVersion newer than the cache
+	// wants none up to fromRV: the dispatcher skips those. Set before the
+	// watcher is registered.
+	startSeq, fromRV uint64
 
 	result chan watch.Event
 	input  chan watch.Event // forwarder mode only
@@ -41,8 +48,8 @@ type watcher struct {
 	// unhookCtx forgets the context callback that stops the watcher.
 	unhookCtx atomic.Pointer[func() bool]
 
-	// epoch is the last event that took this watcher as a candidate (under
-	// Cache.mu, during routing).
+	// epoch is the last event that took this watcher as a candidate (the
+	// dispatcher's, during routing).
 	epoch uint64
 	// sentRV is the resourceVersion of the last event queued to this
 	// watcher, so a bookmark never claims less than the client has seen and
@@ -65,33 +72,44 @@ func (w *watcher) sink() chan watch.Event {
 // Stop unregisters the watcher and ends its stream.
 func (w *watcher) Stop() { w.stop(stopClient, false) }
 
-// stop ends the watcher; ingestHeld tells whether the caller holds
-// Cache.ingestMu (the dispatcher closing a slow watcher).
-func (w *watcher) stop(why stopReason, ingestHeld bool) {
+func (w *watcher) stopped() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop ends the watcher; sendHeld tells whether the caller holds
+// Cache.sendMu (the dispatcher closing a slow watcher or ending watchers
+// after a relist). Stop took every watcher out of the router already.
+func (w *watcher) stop(why stopReason, sendHeld bool) {
 	w.once.Do(func() {
 		c := w.c
 		close(w.done)
 		if unhook := w.unhookCtx.Load(); unhook != nil {
 			(*unhook)()
 		}
-		c.mu.Lock()
-		c.router.remove(w)
-		c.publishWatchersLocked()
-		index := w.route.name
-		c.mu.Unlock()
-		if why == stopSlow {
-			klog.V(2).InfoS("Closed a slow watcher", "resource", c.resource, "index", index, "lastResourceVersion", w.sentRV.Load())
+		if why != stopCache {
+			c.mu.Lock()
+			c.router.remove(w)
+			c.publishWatchersLocked()
+			c.mu.Unlock()
+		}
+		if why != stopClient {
+			klog.V(2).InfoS("Closed a watcher", "resource", c.resource, "reason", why, "lastResourceVersion", w.sentRV.Load())
 		}
 		switch {
 		case w.input != nil: // the forwarder closes result on its way out
-		case ingestHeld:
+		case sendHeld:
 			close(w.result)
 		default:
-			// Close once no dispatch is in flight; the client need not wait.
+			// Close once no delivery is in flight; the client need not wait.
 			go func() {
-				c.ingestMu.Lock()
+				c.sendMu.Lock()
 				close(w.result)
-				c.ingestMu.Unlock()
+				c.sendMu.Unlock()
 			}()
 		}
 	})
@@ -115,10 +133,14 @@ func (w *watcher) convert(ev *storeEvent) (watch.Event, bool) {
 }
 
 // start delivers the initial events: into the buffer when they fit, else
-// through a forwarder. The caller holds ingestMu.
+// through a forwarder. Either way the live events get a whole buffer of
+// their own (a replay that fills the buffer must not make the first live
+// event wait), as kube-apiserver's watchers read their initial events from
+// the cache, not from their input channel. The caller registers the watcher
+// after start, so nothing is sent to it before its initial events.
 func (w *watcher) start(initial []watch.Event, buffer int) {
 	if len(initial) <= buffer {
-		w.result = make(chan watch.Event, buffer)
+		w.result = make(chan watch.Event, len(initial)+buffer)
 		for _, ev := range initial {
 			w.result <- ev
 		}

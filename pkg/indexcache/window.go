@@ -33,13 +33,25 @@ func (w *eventWindow) dropOldest() {
 	w.size--
 }
 
+// reset forgets every event: history restarts at rv (a relist).
+func (w *eventWindow) reset(rv uint64) {
+	clear(w.events)
+	w.head, w.size, w.startRV = 0, 0, rv
+}
+
 func (w *eventWindow) add(ev *storeEvent) {
 	if w.size == len(w.events) {
 		w.dropOldest()
 	}
 	w.events[(w.head+w.size)%len(w.events)] = ev
 	w.size++
-	for w.size > minWindowEvents && ev.at.Sub(w.events[w.head].at) > w.retention {
+	w.expire(ev.at)
+}
+
+// expire drops the events older than retention at now, beyond the
+// minWindowEvents newest.
+func (w *eventWindow) expire(now time.Time) {
+	for w.size > minWindowEvents && now.Sub(w.events[w.head].at) > w.retention {
 		w.dropOldest()
 	}
 }
@@ -50,10 +62,22 @@ func (w *eventWindow) since(rv uint64) ([]*storeEvent, bool) {
 	if rv < w.startRV {
 		return nil, false
 	}
-	i := sort.Search(w.size, func(i int) bool { return w.at(i).rv > rv })
+	return w.from(sort.Search(w.size, func(i int) bool { return w.at(i).rv > rv })), true
+}
+
+// sinceSeq returns the events committed after the one numbered seq; ok is
+// false when some of them were already dropped.
+func (w *eventWindow) sinceSeq(seq uint64) ([]*storeEvent, bool) {
+	if w.size > 0 && w.at(0).seq > seq+1 {
+		return nil, false
+	}
+	return w.from(sort.Search(w.size, func(i int) bool { return w.at(i).seq > seq })), true
+}
+
+func (w *eventWindow) from(i int) []*storeEvent {
 	out := make([]*storeEvent, 0, w.size-i)
 	for ; i < w.size; i++ {
 		out = append(out, w.at(i))
 	}
-	return out, true
+	return out
 }

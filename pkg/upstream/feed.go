@@ -40,7 +40,7 @@ type Feed struct {
 
 	probeMu      sync.Mutex
 	probePending bool      // a probe is due to start: callers share it
-	probeTarget  uint64    // the newest resourceVersion a caller waits for
+	probeTarget  uint64    // the newest resourceVersion its callers wait for
 	lastProbe    time.Time // when the last probe started
 }
 
@@ -166,6 +166,13 @@ const probeSpacing = 100 * time.Millisecond
 // probe to start, which is skipped if the cache has reached their targets by
 // then; probes may overlap: waiting for the running one to end first could
 // take longer than a read may wait.
+//
+// Targets come from clients (a resourceVersion they read elsewhere, or made
+// up), so what they can make upstream do is bounded: at most one probe per
+// probeSpacing, each for the targets asked since the last one; and a
+// target beyond any resourceVersion upstream has shown is first checked
+// with a read of upstream's current one (shared with consistent reads):
+// no probe can prove more than that.
 func (f *Feed) RequestProgress(target uint64) {
 	f.probeMu.Lock()
 	defer f.probeMu.Unlock()
@@ -181,17 +188,34 @@ func (f *Feed) RequestProgress(target uint64) {
 		}
 		f.probeMu.Lock()
 		f.probePending = false
-		if f.currentRV() >= f.probeTarget {
-			f.probeMu.Unlock()
-			return
-		}
+		target := f.probeTarget
+		f.probeTarget = 0
 		f.lastProbe = time.Now()
 		f.probeMu.Unlock()
+		if target = f.provable(target); target == 0 || f.currentRV() >= target {
+			return
+		}
 		metrics.ProgressProbes.WithLabelValues(f.label).Inc()
 		if err := f.probe(); err != nil {
 			klog.V(2).InfoS("Progress probe failed", "resource", f.res.Name, "err", err)
 		}
 	}()
+}
+
+// provable caps target at upstream's current resourceVersion, reading it
+// when target is beyond every one seen so far; 0 when it cannot be read.
+func (f *Feed) provable(target uint64) uint64 {
+	if target <= f.revisions.known() {
+		return target
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), revisionReadTimeout)
+	defer cancel()
+	cur, err := f.revisions.get(ctx)
+	if err != nil {
+		klog.V(2).InfoS("Cannot read upstream's resourceVersion for a progress probe", "resource", f.res.Name, "err", err)
+		return 0
+	}
+	return min(target, cur)
 }
 
 func (f *Feed) probe() error {

@@ -130,11 +130,18 @@ func TestTransformDropsManagedFields(t *testing.T) {
 	}
 }
 
-// probeFeed is a feed whose cache is at resourceVersion 7; each probe watch
-// it opens is sent on the returned channel, with a bookmark at 9 queued if
-// bookmark is set.
+// probeFeed is a feed whose cache is at resourceVersion 7 and whose
+// upstream is at 9; each probe watch it opens is sent on the returned
+// channel, with a bookmark at 9 queued if bookmark is set.
 func probeFeed(bookmark bool) (*Feed, *recordingSink, chan *watch.FakeWatcher) {
+	return probeFeedAt(bookmark, 7)
+}
+
+func probeFeedAt(bookmark bool, cacheRV uint64) (*Feed, *recordingSink, chan *watch.FakeWatcher) {
 	client := fake.NewClientset()
+	client.PrependReactor("list", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "9"}}, nil
+	})
 	watches := make(chan *watch.FakeWatcher, 100)
 	client.PrependWatchReactor("pods", func(clienttesting.Action) (bool, watch.Interface, error) {
 		fw := watch.NewFakeWithChanSize(1, false)
@@ -146,8 +153,26 @@ func probeFeed(bookmark bool) (*Feed, *recordingSink, chan *watch.FakeWatcher) {
 	})
 	sink := &recordingSink{}
 	f := NewFeed(Pods, client, client)
-	f.Connect(sink, func() uint64 { return 7 })
+	f.Connect(sink, func() uint64 { return cacheRV })
 	return f, sink, watches
+}
+
+// TestProgressRequestBeyondUpstreamIsBounded: a client's made-up
+// resourceVersion, far beyond upstream's, costs upstream one read of its
+// current resourceVersion and no probe when the cache is already there; it
+// does not stay the target of later probes either.
+func TestProgressRequestBeyondUpstreamIsBounded(t *testing.T) {
+	f, _, watches := probeFeedAt(true, 9)
+	f.RequestProgress(1 << 40)
+	time.Sleep(3 * probeSpacing)
+	if n := len(watches); n != 0 {
+		t.Fatalf("a target beyond upstream opened %d probe watches", n)
+	}
+	f.RequestProgress(9)
+	time.Sleep(3 * probeSpacing)
+	if n := len(watches); n != 0 {
+		t.Fatalf("a reached target after a bogus one opened %d probe watches", n)
+	}
 }
 
 // TestProgressRequestDoesNotWaitForRunningProbe: a probe that started before

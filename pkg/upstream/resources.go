@@ -40,6 +40,9 @@ type Resource struct {
 	Transform func(obj interface{}) (runtime.Object, error)
 	NewFunc   func() runtime.Object
 	Fields    map[string]indexing.FieldFunc
+	// UpstreamFields are the fields of Fields that kube-apiserver's own field
+	// selectors support (metadata.ownerReferences.uid is ours only).
+	UpstreamFields []string
 	// AlwaysIndexed fields are indexed whatever the policies say.
 	AlwaysIndexed []string
 }
@@ -73,8 +76,10 @@ var (
 			}
 			return nil, fmt.Errorf("expected a Pod, got %T", obj)
 		},
-		NewFunc:       func() runtime.Object { return &indexing.Pod{} },
-		Fields:        indexing.PodFields,
+		NewFunc: func() runtime.Object { return &indexing.Pod{} },
+		Fields:  indexing.PodFields,
+		UpstreamFields: []string{"metadata.name", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+			"spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"},
 		AlwaysIndexed: []string{"metadata.name", "spec.nodeName"},
 	}
 	Nodes = Resource{
@@ -101,8 +106,9 @@ var (
 			}
 			return nil, fmt.Errorf("expected a Node, got %T", obj)
 		},
-		NewFunc:       func() runtime.Object { return &indexing.Node{} },
-		Fields:        indexing.NodeFields,
-		AlwaysIndexed: []string{"metadata.name"},
+		NewFunc:        func() runtime.Object { return &indexing.Node{} },
+		Fields:         indexing.NodeFields,
+		UpstreamFields: []string{"metadata.name", "spec.unschedulable"},
+		AlwaysIndexed:  []string{"metadata.name"},
 	}
 )

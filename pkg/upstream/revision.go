@@ -21,6 +21,7 @@ type revisionReader struct {
 	mu      sync.Mutex
 	next    *revisionRead // not started yet; callers arriving now join it
 	running bool
+	latest  uint64 // the newest resourceVersion read
 }
 
 type revisionRead struct {
@@ -64,6 +65,18 @@ func (r *revisionReader) loop() {
 		ctx, cancel := context.WithTimeout(context.Background(), revisionReadTimeout)
 		rd.rv, rd.err = r.read(ctx)
 		cancel()
+		if rd.err == nil {
+			r.mu.Lock()
+			r.latest = max(r.latest, rd.rv)
+			r.mu.Unlock()
+		}
 		close(rd.done)
 	}
+}
+
+// known returns the newest resourceVersion read so far (0: none yet).
+func (r *revisionReader) known() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.latest
 }
