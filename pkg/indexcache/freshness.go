@@ -103,4 +103,3 @@ func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool, slot
 		}
 	}
 }
-

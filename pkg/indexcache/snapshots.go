@@ -17,7 +17,7 @@ import (
 // window's retention; unused ones are dropped sooner (SnapshotRetention).
 type snapshot struct {
 	tree       *btree.BTreeG[*entry]
-	expires    time.Time // when unused, and rebuildable, it may go
+	expires    time.Time       // when unused, and rebuildable, it may go
 	candidates map[string]view // by predicate key
 }
 
