@@ -14,8 +14,8 @@
 //   - sharded WATCH: S watchers partitioning the uid hash space with
 //     shardSelector=shardRange(object.metadata.uid, ...);
 //   - RSS (VmRSS) of both servers before and after loading;
-//   - with -cluster-proxy (index-apiserver started with
-//     --enable-cluster-proxy): the same label LISTs and label WATCHes sent as
+//   - unless -cluster-proxy=false (the stack's CLUSTER_PROXY, index-apiserver
+//     with --enable-cluster-proxy): the same label LISTs and label WATCHes sent as
 //     an unmodified client sends them, to /api/v1 under the cluster proxy
 //     prefix (/apis/indexing.k8s.io/v1alpha1/clusters/local/proxy), through
 //     the aggregator and directly at index-apiserver, with kube-apiserver's
@@ -127,11 +127,8 @@ func main() {
 	flag.IntVar(&o.loadWorkers, "load-workers", 16, "concurrent pod creations while loading")
 	flag.IntVar(&o.repeat, "repeat", 3, "rounds of watch phases (each with its own zero-watcher baseline); tables show the median and the range")
 	flag.StringVar(&o.pprofDir, "pprof", "", "write index-apiserver CPU and heap profiles of each of its watch phases here (<kind>-<watchers>.cpu.pprof)")
-	flag.BoolVar(&o.clusterProxy, "cluster-proxy", false, "also LIST and WATCH through the cluster proxy path (starts index-apiserver with --enable-cluster-proxy)")
+	flag.BoolVar(&o.clusterProxy, "cluster-proxy", true, "also LIST and WATCH through the cluster proxy path (the stack's CLUSTER_PROXY: index-apiserver with --enable-cluster-proxy and its impersonation RBAC)")
 	flag.Parse()
-	if o.clusterProxy {
-		o.indexFlags = strings.TrimSpace(o.indexFlags + " --enable-cluster-proxy")
-	}
 	if o.smoke {
 		o.namespaces, o.apps, o.podsPerApp, o.listRequests, o.listClients = 2, 12, 3, 10, 2
 		watchers, shards = "4,10", "4"
@@ -330,11 +327,15 @@ func startStack(ctx context.Context, root string, o options) (*stackInfo, func()
 			return nil, nil, err
 		}
 	}
+	clusterProxy := "0"
+	if o.clusterProxy {
+		clusterProxy = "1"
+	}
 	env := append(os.Environ(),
 		"LOCAL_DIR="+dir, "DEMO=0", "QUIET=1",
 		"ETCD_PORT="+strconv.Itoa(ports[0]), "ETCD_PEER_PORT="+strconv.Itoa(ports[1]),
 		"KUBE_APISERVER_PORT="+strconv.Itoa(ports[2]), "INDEX_APISERVER_PORT="+strconv.Itoa(ports[3]),
-		"INDEX_APISERVER_FLAGS="+o.indexFlags)
+		"INDEX_APISERVER_FLAGS="+o.indexFlags, "CLUSTER_PROXY="+clusterProxy)
 	stop := func() {
 		if o.keep {
 			logf("leaving the stack running: LOCAL_DIR=%s hack/local-down.sh", dir)
