@@ -35,7 +35,7 @@ test: binaries build
 	$(MAKE) test-e2e
 
 test-unit:
-	go test $(GO_TEST_FLAGS) ./pkg/... ./cmd/...
+	go test $(GO_TEST_FLAGS) ./pkg/... ./cmd/... ./test/artifacts/... ./test/bench/...
 
 ## test-fuzz: each fuzz target beyond its committed seed corpus for FUZZTIME (10s; go test -fuzz
 ##            takes one target at a time). New crashers land in the package's testdata/fuzz/.

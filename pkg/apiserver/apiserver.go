@@ -19,6 +19,7 @@ import (
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
+	"github.com/index-apiserver/index-apiserver/pkg/clusterproxy"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/node"
@@ -53,6 +54,10 @@ type ExtraConfig struct {
 	Policy *policy.Options
 	// PolicyClientConfig reaches kube-apiserver for IndexPolicies and the leader-election Lease.
 	PolicyClientConfig *restclient.Config
+	// ClusterProxy serves kube-apiserver's API under clusterproxy.Prefix
+	// (see cluster_proxy.go); requests passed through use PolicyClientConfig's
+	// kube-apiserver address and credentials.
+	ClusterProxy bool
 }
 
 // Config is the whole server configuration.
@@ -73,6 +78,9 @@ type CompletedConfig struct {
 
 // Complete fills in defaults.
 func (cfg *Config) Complete() CompletedConfig {
+	if cfg.ExtraConfig.ClusterProxy {
+		cfg.GenericConfig.LongRunningFunc = clusterproxy.LongRunning(cfg.GenericConfig.LongRunningFunc)
+	}
 	return CompletedConfig{&completedConfig{
 		GenericConfig: cfg.GenericConfig.Complete(),
 		ExtraConfig:   &cfg.ExtraConfig,
@@ -95,12 +103,7 @@ type mirror struct {
 // New builds the server. Caches start filling in a post-start hook, and
 // /readyz fails until all of them have synced.
 func (c CompletedConfig) New() (*Server, error) {
-	generic, err := c.GenericConfig.New("index-apiserver", genericapiserver.NewEmptyDelegate())
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{GenericAPIServer: generic, Caches: map[string]*indexcache.Cache{}}
-
+	s := &Server{Caches: map[string]*indexcache.Cache{}}
 	mirrors := map[string]*mirror{}
 	for _, res := range []upstream.Resource{upstream.Pods, upstream.Nodes} {
 		m, err := c.newMirror(res)
@@ -110,6 +113,17 @@ func (c CompletedConfig) New() (*Server, error) {
 		mirrors[res.Name] = m
 		s.Caches[res.Name] = m.cache
 	}
+	if c.ExtraConfig.ClusterProxy {
+		// The handler chain is built by New below, so the proxy goes in first.
+		if err := c.installClusterProxy(mirrors["pods"].cache, mirrors["nodes"].cache); err != nil {
+			return nil, err
+		}
+	}
+	generic, err := c.GenericConfig.New("index-apiserver", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, err
+	}
+	s.GenericAPIServer = generic
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(indexing.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{

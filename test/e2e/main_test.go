@@ -63,7 +63,11 @@ func run(m *testing.M) int {
 		Dir:                  stackDir,
 		IndexAPIServerBinary: os.Getenv("E2E_INDEX_APISERVER"),
 		// Short intervals so tests see bookmarks without waiting long.
-		IndexAPIServerArgs: []string{"--bookmark-interval=2s"},
+		IndexAPIServerArgs: []string{"--bookmark-interval=2s", "--enable-cluster-proxy"},
+		// Impersonation RBAC and the kubeconfigs of the cluster proxy; the
+		// audit log shows which requests reached kube-apiserver as whom.
+		ClusterProxy: true,
+		AuditLog:     true,
 		DieWithParent:      true,
 		Timeout:            90 * time.Second,
 		Logf: func(format string, args ...any) {

@@ -88,6 +88,14 @@ type Config struct {
 	SkipExamples bool
 	// DemoData loads demo nodes and pods (see LoadDemoData).
 	DemoData bool
+	// ClusterProxy starts index-apiserver with --enable-cluster-proxy,
+	// grants it impersonation, creates the ClusterRole
+	// index-apiserver:cluster-proxy-user (clusters/proxy) and writes
+	// kubeconfig-indexed and kubeconfig-direct (see clusterproxy.go).
+	ClusterProxy bool
+	// AuditLog has kube-apiserver write a metadata-level audit log to
+	// AuditLogPath.
+	AuditLog bool
 
 	// DieWithParent has the kernel kill the processes when the process that
 	// started them dies (tests: no stack outlives a crashed or timed-out test
@@ -104,9 +112,10 @@ type Config struct {
 // ETCD_PORT (default 2379), ETCD_PEER_PORT (ETCD_PORT+1),
 // KUBE_APISERVER_PORT (6443), INDEX_APISERVER_PORT (6444); the directory from
 // LOCAL_DIR; extra index-apiserver flags from INDEX_APISERVER_FLAGS
-// (space-separated); demo data unless DEMO=0.
+// (space-separated); demo data unless DEMO=0; the cluster proxy unless
+// CLUSTER_PROXY=0.
 func ConfigFromEnv() (Config, error) {
-	c := Config{Dir: os.Getenv("LOCAL_DIR"), DemoData: os.Getenv("DEMO") != "0"}
+	c := Config{Dir: os.Getenv("LOCAL_DIR"), DemoData: os.Getenv("DEMO") != "0", ClusterProxy: os.Getenv("CLUSTER_PROXY") != "0"}
 	var errs []error
 	port := func(env string, def int) int {
 		v := os.Getenv(env)
@@ -313,6 +322,16 @@ func (s *Stack) up(ctx context.Context) error {
 	if err := s.writeKubeconfigs(); err != nil {
 		return err
 	}
+	if s.ClusterProxy {
+		if err := s.writeClusterProxyKubeconfigs(); err != nil {
+			return err
+		}
+	}
+	if s.AuditLog {
+		if err := s.writeAuditPolicy(); err != nil {
+			return err
+		}
+	}
 	if s.AdminConfig, err = clientcmd.BuildConfigFromFlags("", s.AdminKubeconfig()); err != nil {
 		return err
 	}
@@ -340,6 +359,11 @@ func (s *Stack) up(ctx context.Context) error {
 	t = time.Now()
 	if err := s.applyBase(ctx); err != nil {
 		return err
+	}
+	if s.ClusterProxy {
+		if err := s.applyClusterProxyRBAC(ctx); err != nil {
+			return err
+		}
 	}
 	s.step("namespace, RBAC, CRD", t)
 
@@ -466,6 +490,9 @@ func (s *Stack) kubeAPIServerArgs() []string {
 		"--proxy-client-cert-file=" + c.Path(CertFrontProxyClient, "crt"),
 		"--proxy-client-key-file=" + c.Path(CertFrontProxyClient, "key"),
 	}
+	if s.AuditLog {
+		args = append(args, "--audit-policy-file="+s.auditPolicyPath(), "--audit-log-path="+s.AuditLogPath())
+	}
 	return append(args, s.KubeAPIServerArgs...)
 }
 
@@ -537,7 +564,7 @@ func (s *Stack) StopProcess(name string) error {
 func (s *Stack) IndexAPIServerArgsFor(port int) []string {
 	c := s.Certs
 	kc := s.IndexAPIServerKubeconfig()
-	return []string{
+	args := []string{
 		"--secure-port=" + strconv.Itoa(port),
 		"--bind-address=127.0.0.1",
 		"--tls-cert-file=" + c.Path(CertIndexAPIServer, "crt"),
@@ -547,6 +574,10 @@ func (s *Stack) IndexAPIServerArgsFor(port int) []string {
 		"--authorization-kubeconfig=" + kc,
 		"--v=2",
 	}
+	if s.ClusterProxy {
+		args = append(args, "--enable-cluster-proxy")
+	}
+	return args
 }
 
 // StartIndexAPIServer starts an index-apiserver replica called name (its log

@@ -20,6 +20,7 @@ import (
 	netutils "k8s.io/utils/net"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apiserver"
+	"github.com/index-apiserver/index-apiserver/pkg/clusterproxy"
 	generatedopenapi "github.com/index-apiserver/index-apiserver/pkg/generated/openapi"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
@@ -38,6 +39,23 @@ type Options struct {
 	Cache    CacheOptions
 	// Policy configures the IndexPolicy controller.
 	Policy *policy.Options
+	// ClusterProxy turns on the kube-apiserver-compatible path prefix.
+	ClusterProxy ClusterProxyOptions
+}
+
+// ClusterProxyOptions configure the cluster proxy (package clusterproxy).
+type ClusterProxyOptions struct {
+	Enabled bool
+}
+
+// AddFlags adds the cluster proxy flags.
+func (c *ClusterProxyOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&c.Enabled, "enable-cluster-proxy", c.Enabled,
+		"Serve kube-apiserver's whole API under "+clusterproxy.Prefix+", for clients that cannot be changed to read pods.indexing.k8s.io: "+
+			"get, list and watch of core pods and nodes are answered from the index caches to callers allowed to read them at kube-apiserver; "+
+			"every other request is passed through to kube-apiserver impersonating the caller. "+
+			"Who may use the path is decided by RBAC on the resource clusters/proxy (name local) in indexing.k8s.io. "+
+			"The server's own identity must be allowed to impersonate users, groups, service accounts, UIDs and user extras.")
 }
 
 // CacheOptions tune the index caches.
@@ -91,6 +109,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Upstream.AddFlags(fss.FlagSet("upstream cluster"))
 	o.Cache.AddFlags(fss.FlagSet("index cache"))
 	o.Policy.AddFlags(fss.FlagSet("index policies"))
+	o.ClusterProxy.AddFlags(fss.FlagSet("cluster proxy"))
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 	return fss
 }
@@ -237,6 +256,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 			Cache:              o.Cache.CacheConfig,
 			Policy:             o.Policy,
 			PolicyClientConfig: cfg.ClientConfig,
+			ClusterProxy:       o.ClusterProxy.Enabled,
 		},
 	}, nil
 }

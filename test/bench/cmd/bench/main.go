@@ -13,7 +13,13 @@
 //     a zero-watcher baseline (from /proc/PID/stat);
 //   - sharded WATCH: S watchers partitioning the uid hash space with
 //     shardSelector=shardRange(object.metadata.uid, ...);
-//   - RSS (VmRSS) of both servers before and after loading.
+//   - RSS (VmRSS) of both servers before and after loading;
+//   - unless -cluster-proxy=false (the stack's CLUSTER_PROXY, index-apiserver
+//     with --enable-cluster-proxy): the same label LISTs and label WATCHes sent as
+//     an unmodified client sends them, to /api/v1 under the cluster proxy
+//     prefix (/apis/indexing.k8s.io/v1alpha1/clusters/local/proxy), through
+//     the aggregator and directly at index-apiserver, with kube-apiserver's
+//     CPU per request (LIST) and per 1k events (WATCH) in each case.
 //
 // It writes JSON (-json) and, unless -smoke, appends a Markdown table to
 // docs/benchmarks.md (-markdown). -smoke runs tiny sizes in well under a
@@ -73,6 +79,11 @@ const (
 	kubeTarget       = "kube-apiserver"
 	indexTarget      = "index-apiserver"
 	aggregatorTarget = "index-apiserver (aggregator)"
+	// The cluster proxy (issue 14): kube-apiserver's /api/v1 under a prefix
+	// of index-apiserver's group, through the aggregator or directly.
+	proxyAggregatorTarget = "cluster proxy (aggregator)"
+	proxyDirectTarget     = "cluster proxy (direct)"
+	clusterProxyPrefix    = indexGroup + "/clusters/local/proxy"
 )
 
 type options struct {
@@ -93,6 +104,7 @@ type options struct {
 	loadWorkers   int
 	pprofDir      string
 	repeat        int
+	clusterProxy  bool
 }
 
 func main() {
@@ -115,6 +127,7 @@ func main() {
 	flag.IntVar(&o.loadWorkers, "load-workers", 16, "concurrent pod creations while loading")
 	flag.IntVar(&o.repeat, "repeat", 3, "rounds of watch phases (each with its own zero-watcher baseline); tables show the median and the range")
 	flag.StringVar(&o.pprofDir, "pprof", "", "write index-apiserver CPU and heap profiles of each of its watch phases here (<kind>-<watchers>.cpu.pprof)")
+	flag.BoolVar(&o.clusterProxy, "cluster-proxy", true, "also LIST and WATCH through the cluster proxy path (the stack's CLUSTER_PROXY: index-apiserver with --enable-cluster-proxy and its impersonation RBAC)")
 	flag.Parse()
 	if o.smoke {
 		o.namespaces, o.apps, o.podsPerApp, o.listRequests, o.listClients = 2, 12, 3, 10, 2
@@ -202,7 +215,7 @@ type Load struct {
 }
 
 type ListResult struct {
-	Target string `json:"target"` // kube-apiserver | index-apiserver | index-apiserver (aggregator)
+	Target string `json:"target"` // kube-apiserver | index-apiserver | index-apiserver (aggregator) | cluster proxy (aggregator) | cluster proxy (direct)
 	Scope  string `json:"scope"`  // cluster | namespaced
 	RV     string `json:"resourceVersion"`
 	// Clients send the requests concurrently, each back to back.
@@ -246,7 +259,10 @@ type WatchResult struct {
 	// patches, and the same minus the zero-watcher baseline.
 	ServerCPUPer1k      float64 `json:"serverCPUsPer1kEvents"`
 	ServerCPUPer1kAbove float64 `json:"serverCPUsPer1kEventsAboveBaseline"`
-	WatchErrors         int     `json:"watchErrors"`
+	// Each process on its own, above its baseline, whichever was watched.
+	KubeCPUPer1kAbove  float64 `json:"kubeAPIServerCPUsPer1kEventsAboveBaseline"`
+	IndexCPUPer1kAbove float64 `json:"indexAPIServerCPUsPer1kEventsAboveBaseline"`
+	WatchErrors        int     `json:"watchErrors"`
 }
 
 type RSSResult struct {
@@ -311,11 +327,15 @@ func startStack(ctx context.Context, root string, o options) (*stackInfo, func()
 			return nil, nil, err
 		}
 	}
+	clusterProxy := "0"
+	if o.clusterProxy {
+		clusterProxy = "1"
+	}
 	env := append(os.Environ(),
 		"LOCAL_DIR="+dir, "DEMO=0", "QUIET=1",
 		"ETCD_PORT="+strconv.Itoa(ports[0]), "ETCD_PEER_PORT="+strconv.Itoa(ports[1]),
 		"KUBE_APISERVER_PORT="+strconv.Itoa(ports[2]), "INDEX_APISERVER_PORT="+strconv.Itoa(ports[3]),
-		"INDEX_APISERVER_FLAGS="+o.indexFlags)
+		"INDEX_APISERVER_FLAGS="+o.indexFlags, "CLUSTER_PROXY="+clusterProxy)
 	stop := func() {
 		if o.keep {
 			logf("leaving the stack running: LOCAL_DIR=%s hack/local-down.sh", dir)
@@ -560,8 +580,14 @@ func phases(ctx context.Context, s *stackInfo, o options, res *Results) error {
 		}
 		b.Round = round
 		res.Baselines = append(res.Baselines, *b)
-		for _, c := range cases {
-			for _, tgt := range []string{kubeTarget, indexTarget, aggregatorTarget} {
+		for i, c := range cases {
+			targets := []string{kubeTarget, indexTarget, aggregatorTarget}
+			// The cluster proxy carries label watches (Spark's and Flink's);
+			// -smoke only the first count, to stay short.
+			if o.clusterProxy && c.kind == "label" && (!o.smoke || i == 0) {
+				targets = append(targets, proxyAggregatorTarget, proxyDirectTarget)
+			}
+			for _, tgt := range targets {
 				r, err := watchPhase(ctx, s, o, tgt, c.kind, c.n, b)
 				if err != nil {
 					return fmt.Errorf("%s watch on %s with %d watchers: %w", c.kind, tgt, c.n, err)
@@ -727,12 +753,20 @@ type target struct {
 	prefix string // up to and excluding /pods or /namespaces
 }
 
-func listTargets(s *stackInfo) []target {
-	return []target{
+func listTargets(s *stackInfo, o options) []target {
+	ts := []target{
 		{kubeTarget, s.kubeHTTP, s.kubeURL + "/api/v1"},
 		{indexTarget, s.indexHTTP, s.indexURL + indexGroup},
 		{aggregatorTarget, s.kubeHTTP, s.kubeURL + indexGroup},
 	}
+	if o.clusterProxy {
+		// What an unmodified client sends when its server URL carries the
+		// prefix: /api/v1/... under it, same credentials.
+		ts = append(ts,
+			target{proxyAggregatorTarget, s.kubeHTTP, s.kubeURL + clusterProxyPrefix + "/api/v1"},
+			target{proxyDirectTarget, s.indexHTTP, s.indexURL + clusterProxyPrefix + "/api/v1"})
+	}
+	return ts
 }
 
 func listURL(t target, o options, scope string, a int, rv0 bool) string {
@@ -754,7 +788,7 @@ func compareLists(ctx context.Context, s *stackInfo, o options) error {
 	apps := []int{0, o.apps / 2, o.apps - 1}
 	for _, a := range apps {
 		var ref []string
-		for i, t := range listTargets(s) {
+		for i, t := range listTargets(s, o) {
 			l, err := doList(ctx, t.client, listURL(t, o, "cluster", a, false))
 			if err != nil {
 				return fmt.Errorf("LIST compare: %w", err)
@@ -776,7 +810,11 @@ func compareLists(ctx context.Context, s *stackInfo, o options) error {
 			}
 		}
 	}
-	logf("LISTs agree (kube-apiserver, index-apiserver direct and via aggregator; %d apps)", len(apps))
+	also := ""
+	if o.clusterProxy {
+		also = ", the cluster proxy via aggregator and direct"
+	}
+	logf("LISTs agree (kube-apiserver, index-apiserver direct and via aggregator%s; %d apps)", also, len(apps))
 	return nil
 }
 
@@ -794,7 +832,7 @@ func listPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 		cases = append(cases, listCase{"namespaced", false, o.listClients})
 	}
 	for _, c := range cases {
-		for _, t := range listTargets(s) {
+		for _, t := range listTargets(s, o) {
 			if ctx.Err() != nil {
 				return
 			}
@@ -1042,6 +1080,12 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 		prefix, pids, baseCPU, cfg = s.indexURL+indexGroup, []int{s.indexPID}, b.IndexCPUPer1k, s.indexCfg
 	case aggregatorTarget:
 		prefix, pids, baseCPU = s.kubeURL+indexGroup, []int{s.kubePID, s.indexPID}, b.KubeCPUPer1k+b.IndexCPUPer1k
+	case proxyAggregatorTarget:
+		prefix, pids, baseCPU = s.kubeURL+clusterProxyPrefix+"/api/v1", []int{s.kubePID, s.indexPID}, b.KubeCPUPer1k+b.IndexCPUPer1k
+	case proxyDirectTarget:
+		// Served by index-apiserver alone; kube-apiserver's share is in the
+		// per-process columns.
+		prefix, pids, baseCPU, cfg = s.indexURL+clusterProxyPrefix+"/api/v1", []int{s.kubePID, s.indexPID}, b.KubeCPUPer1k+b.IndexCPUPer1k, s.indexCfg
 	}
 	cpu := func() float64 {
 		sum := 0.0
@@ -1130,7 +1174,7 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 		profiled = make(chan error, 1)
 		go func() { profiled <- profile(ctx, s, o, fmt.Sprintf("%s-%d", kind, n)) }()
 	}
-	k0 := cpu()
+	k0, kk0, ki0 := cpu(), cpuSeconds(s.kubePID), cpuSeconds(s.indexPID)
 	t0 := time.Now()
 	sent, perrs := patcher(ctx, s, o, n, pick)
 	// Drain: wait until every watcher has its events (bounded).
@@ -1159,7 +1203,7 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond) // late duplicates
-	k1 := cpu()
+	k1, kk1, ki1 := cpu(), cpuSeconds(s.kubePID), cpuSeconds(s.indexPID)
 	if profiled != nil {
 		if err := <-profiled; err != nil {
 			logf("  profile: %v", err)
@@ -1202,6 +1246,8 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 		// The baseline phase took as long as the patching; scale nothing,
 		// both are per 1k patches at the same rate.
 		r.ServerCPUPer1kAbove = r.ServerCPUPer1k - baseCPU
+		r.KubeCPUPer1kAbove = (kk1-kk0)*1000/float64(len(sent)) - b.KubeCPUPer1k
+		r.IndexCPUPer1kAbove = (ki1-ki0)*1000/float64(len(sent)) - b.IndexCPUPer1k
 	}
 	logf("  %d patches in %v: received %d, missing %d, duplicated %d, unexpected %d; delivery p50 %.1f ms p99 %.1f ms; %.2f CPU-s/1k (%.2f above baseline)",
 		len(sent), elapsed.Round(100*time.Millisecond), r.Received, r.Missing, r.Duplicated, r.Unexpected, r.P50ms, r.P99ms, r.ServerCPUPer1k, r.ServerCPUPer1kAbove)

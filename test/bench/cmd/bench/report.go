@@ -103,6 +103,7 @@ func markdown(res *Results, jsonPath, plotPath string) string {
 			k.scope, rv, kube.P50ms, kube.P99ms, idx.P50ms, idx.P99ms, agg.P50ms, agg.P99ms, ratio(idx.P50ms, kube.P50ms), kube.KubeCPUms, idx.IndexCPUms,
 			kube.PerSecond, idx.PerSecond, agg.PerSecond)
 	}
+	proxyListTable(&b, order, func(k key) map[string]ListResult { return byKey[k] }, func(k key) (string, string, int) { return k.scope, k.rv, k.clients })
 	if len(res.Summary) > 0 {
 		var kb, ib []float64
 		for _, bl := range res.Baselines {
@@ -123,6 +124,7 @@ func markdown(res *Results, jsonPath, plotPath string) string {
 				k.CPUAbove, k.CPUAboveMin, k.CPUAboveMax, x.CPUAbove, x.CPUAboveMin, x.CPUAboveMax, a.CPUAbove, a.CPUAboveMin, a.CPUAboveMax,
 				ratio(x.CPUAbove, k.CPUAbove))
 		}
+		proxyWatchTable(&b, res.Summary)
 		if plotPath != "" {
 			fmt.Fprintf(&b, "\n![CPU per 1k events above baseline against watcher count: kube-apiserver, index-apiserver direct and through the aggregator](%s)\n", plotPath)
 		}
@@ -135,4 +137,60 @@ func markdown(res *Results, jsonPath, plotPath string) string {
 			k.LoadedMiB, k.EmptyMiB, k.DeltaPer10k, x.LoadedMiB, x.EmptyMiB, x.DeltaPer10k, ratio(x.DeltaPer10k, k.DeltaPer10k))
 	}
 	return b.String()
+}
+
+// proxyListTable writes the LIST cases of the cluster proxy (-cluster-proxy)
+// next to the same requests at kube-apiserver's /api/v1, if there are any.
+func proxyListTable[K comparable](b *strings.Builder, order []K, byKey func(K) map[string]ListResult, desc func(K) (scope, rv string, clients int)) {
+	header := false
+	for _, k := range order {
+		m := byKey(k)
+		agg, okA := m[proxyAggregatorTarget]
+		dir, okD := m[proxyDirectTarget]
+		if !okA && !okD {
+			continue
+		}
+		if !header {
+			b.WriteString("\nThe same LISTs as an unmodified client sends them: `/api/v1/...` under the cluster proxy prefix " +
+				"`/apis/indexing.k8s.io/v1alpha1/clusters/local/proxy`, through the aggregator (kube-apiserver's URL) and directly at " +
+				"index-apiserver, next to kube-apiserver's own `/api/v1` (ms; CPU in ms per request, of each process):\n\n")
+			b.WriteString("| scope | resourceVersion | kube-apiserver /api/v1 p50 / p99 | proxy via aggregator p50 / p99 | proxy direct p50 / p99 | " +
+				"kube-apiserver CPU ms/req: /api/v1 / via aggregator / direct | index-apiserver CPU ms/req: via aggregator / direct | req/s /api/v1 / via aggregator / direct |\n" +
+				"|---|---|---|---|---|---|---|---|\n")
+			header = true
+		}
+		kube := m[kubeTarget]
+		scope, rv, clients := desc(k)
+		if clients > 1 {
+			rv += fmt.Sprintf(", %d clients at once", clients)
+		}
+		fmt.Fprintf(b, "| %s | %s | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f / %.2f | %.2f / %.2f | %.0f / %.0f / %.0f |\n",
+			scope, rv, kube.P50ms, kube.P99ms, agg.P50ms, agg.P99ms, dir.P50ms, dir.P99ms,
+			kube.KubeCPUms, agg.KubeCPUms, dir.KubeCPUms, agg.IndexCPUms, dir.IndexCPUms,
+			kube.PerSecond, agg.PerSecond, dir.PerSecond)
+	}
+}
+
+// proxyWatchTable writes the label WATCH cases of the cluster proxy next to
+// the same watches at kube-apiserver's /api/v1, if there are any.
+func proxyWatchTable(b *strings.Builder, cases []WatchCase) {
+	header := false
+	for _, c := range cases {
+		if c.ProxyAggregator == nil || c.ProxyDirect == nil {
+			continue
+		}
+		if !header {
+			b.WriteString("\nThe same label watches through the cluster proxy (`/api/v1/pods?watch=true&labelSelector=...` under the prefix), " +
+				"through the aggregator and directly at index-apiserver. CPU columns are CPU-s per 1k events above each process's own " +
+				"baseline (medians): kube-apiserver's, then index-apiserver's.\n\n")
+			b.WriteString("| watch | watchers | events | missing / dup / unexpected via aggregator; direct | p50 / p99 ms /api/v1 | via aggregator | direct | " +
+				"kube-apiserver CPU: /api/v1 | via aggregator | direct | index-apiserver CPU: via aggregator | direct |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+			header = true
+		}
+		k, a, d := c.Kube, *c.ProxyAggregator, *c.ProxyDirect
+		fmt.Fprintf(b, "| %s | %d | %d | %d/%d/%d; %d/%d/%d | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+			c.Kind, c.Watchers, a.Expected, a.Missing, a.Duplicated, a.Unexpected, d.Missing, d.Duplicated, d.Unexpected,
+			k.P50ms, k.P99ms, a.P50ms, a.P99ms, d.P50ms, d.P99ms,
+			k.KubeCPUAbove, a.KubeCPUAbove, d.KubeCPUAbove, a.IndexCPUAbove, d.IndexCPUAbove)
+	}
 }

@@ -12,6 +12,11 @@ type WatchCase struct {
 	// Aggregator is index-apiserver through kube-apiserver's proxy; its CPU
 	// is both processes' above both baselines.
 	Aggregator WatchCaseStats `json:"indexAPIServerViaAggregator"`
+	// The cluster proxy path (-cluster-proxy), through the aggregator and
+	// directly; CPUAbove is both processes' (KubeCPUAbove is kube-apiserver's
+	// share).
+	ProxyAggregator *WatchCaseStats `json:"clusterProxyViaAggregator,omitempty"`
+	ProxyDirect     *WatchCaseStats `json:"clusterProxyDirect,omitempty"`
 }
 
 // WatchCaseStats are medians and ranges over the rounds; the event counts
@@ -27,6 +32,9 @@ type WatchCaseStats struct {
 	CPUAbove    float64 `json:"cpuSPer1kAboveBaselineMedian"`
 	CPUAboveMin float64 `json:"cpuSPer1kAboveBaselineMin"`
 	CPUAboveMax float64 `json:"cpuSPer1kAboveBaselineMax"`
+	// Each process on its own (medians), whichever was watched.
+	KubeCPUAbove  float64 `json:"kubeAPIServerCPUsPer1kAboveBaselineMedian"`
+	IndexCPUAbove float64 `json:"indexAPIServerCPUsPer1kAboveBaselineMedian"`
 }
 
 // summarize groups the watch results by case, in the order they ran.
@@ -53,6 +61,15 @@ func summarize(ws []WatchResult) []WatchCase {
 			Index:      stats(byKey[k][indexTarget]),
 			Aggregator: stats(byKey[k][aggregatorTarget]),
 		})
+		c := &out[len(out)-1]
+		if rs := byKey[k][proxyAggregatorTarget]; len(rs) > 0 {
+			st := stats(rs)
+			c.ProxyAggregator = &st
+		}
+		if rs := byKey[k][proxyDirectTarget]; len(rs) > 0 {
+			st := stats(rs)
+			c.ProxyDirect = &st
+		}
 	}
 	return out
 }
@@ -62,8 +79,10 @@ func stats(rs []WatchResult) WatchCaseStats {
 	if len(rs) == 0 {
 		return s
 	}
-	var p50, p99, cpu []float64
+	var p50, p99, cpu, kube, index []float64
 	for _, r := range rs {
+		kube = append(kube, r.KubeCPUPer1kAbove)
+		index = append(index, r.IndexCPUPer1kAbove)
 		s.Expected += r.Expected
 		s.Missing += r.Missing
 		s.Duplicated += r.Duplicated
@@ -74,6 +93,7 @@ func stats(rs []WatchResult) WatchCaseStats {
 	}
 	s.P50ms, s.P99ms = median(p50), median(p99)
 	s.CPUAbove = median(cpu)
+	s.KubeCPUAbove, s.IndexCPUAbove = median(kube), median(index)
 	sort.Float64s(cpu)
 	s.CPUAboveMin, s.CPUAboveMax = cpu[0], cpu[len(cpu)-1]
 	return s

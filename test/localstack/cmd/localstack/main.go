@@ -107,6 +107,31 @@ index-apiserver is up behind kube-apiserver's aggregator (logs and PIDs in %[1]s
 
 Stop everything with: make down
 `, s.Dir, s.AdminKubeconfig(), kubectl, localstack.APIServiceName, shard, s.IndexAPIServerURL(0))
+	if s.ClusterProxy {
+		printClusterProxy(s, kubectl)
+	}
+}
+
+// printClusterProxy shows unmodified clients at the cluster proxy prefix:
+// reads of pods and nodes answered from the index, writes passed through to
+// kube-apiserver as the caller.
+func printClusterProxy(s *localstack.Stack, kubectl string) {
+	fmt.Printf(`
+Unmodified clients: kube-apiserver's whole API under %[1]s
+(kubeconfig-indexed: through kube-apiserver's aggregator; kubeconfig-direct: index-apiserver itself).
+
+  export KUBECONFIG=%[2]s      # or %[3]s
+  %[4]s get pods -n spark -l spark-app-selector=app-1           # served from the index
+  %[4]s get pods -n spark -l spark-app-selector=app-1 -w        # watch from the index
+  %[4]s get nodes
+  %[4]s create configmap hello -n spark --from-literal=a=b      # passed through, as you
+  %[4]s delete pod app-3-exec-5 -n spark                        # passed through, as you
+  %[4]s auth whoami                                             # names you, not index-apiserver
+  %[4]s api-resources | head
+  %[4]s explain pods.spec.nodeName                              # right after make up the aggregator may not have published
+                                                                # the group's OpenAPI yet: repeat it after a few seconds
+  %[4]s --kubeconfig %[5]s get --raw /metrics | grep cluster_proxy_requests_total
+`, localstack.ClusterProxyPrefix, s.IndexedKubeconfig(), s.DirectKubeconfig(), kubectl, s.AdminKubeconfig())
 }
 
 func exists(p string) bool {
