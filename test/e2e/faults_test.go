@@ -53,9 +53,10 @@ func compactEtcd(t *testing.T, ctx context.Context) int64 {
 // etcd is compacted while it is down. index-apiserver keeps serving cached
 // reads (a consistent read says 503: it cannot prove freshness), reports
 // index_apiserver_upstream_connected 0, reconnects, relists (its watch
-// resourceVersion is compacted away), and the open watch carries on with
-// every change made after the restart exactly once; lists agree with
-// kube-apiserver again.
+// resourceVersion is compacted away) and ends the open watch, as
+// kube-apiserver's cacher does; the client's resume from its last
+// resourceVersion gets 410, it relists, and its new watch sees every change
+// made after the restart exactly once; lists agree with kube-apiserver again.
 func TestKubeAPIServerRestart(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
@@ -122,7 +123,37 @@ func TestKubeAPIServerRestart(t *testing.T) {
 		return nil
 	})
 
-	// Changes after the restart: 3 creates, 1 delete.
+	// The relist ended the open watch, as kube-apiserver's cacher does: its
+	// client resumes from the last resourceVersion it saw, gets 410 (that
+	// history is gone: it was compacted), and relists.
+	select {
+	case ev, ok := <-w.ResultChan():
+		if ok && ev.Type != watch.Bookmark {
+			t.Fatalf("watch across the relist got %s, want its end", ev.Type)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watch open across the relist did not end")
+	}
+	resumed, err := direct.index.IndexingV1alpha1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion, LabelSelector: "app=r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, ok := <-resumed.ResultChan()
+	if !ok || ev.Type != watch.Error || !apierrors.IsResourceExpired(apierrors.FromObject(ev.Object)) {
+		t.Fatalf("resume from %s after the relist: %v %v, want an ERROR 410", list.ResourceVersion, ok, ev)
+	}
+	resumed.Stop()
+	relisted, err := direct.index.IndexingV1alpha1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=r"})
+	if err != nil || len(relisted.Items) != 3 {
+		t.Fatalf("relist after the 410: %v, %d pods", err, len(relisted.Items))
+	}
+	w, err = direct.index.IndexingV1alpha1().Pods(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: relisted.ResourceVersion, LabelSelector: "app=r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	// Changes after the restart: 3 creates, 1 delete, each seen once.
 	want := map[string]bool{}
 	for i := 0; i < 3; i++ {
 		p, err := pods.Create(ctx, makePod(ns, fmt.Sprintf("after-%d", i), "", map[string]string{"app": "r"}), metav1.CreateOptions{})
@@ -141,13 +172,13 @@ func TestKubeAPIServerRestart(t *testing.T) {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				t.Fatalf("watch closed across the restart after %v", seen)
+				t.Fatalf("watch after the relist closed after %v", seen)
 			}
 			switch ev.Type {
 			case watch.Bookmark:
 				continue
 			case watch.Error:
-				t.Fatalf("watch error across the restart: %v", ev.Object)
+				t.Fatalf("watch error after the relist: %v", ev.Object)
 			}
 			p := ev.Object.(*indexingv1alpha1.Pod)
 			if ev.Type == watch.Deleted && p.Name == "before-0" {
@@ -165,7 +196,7 @@ func TestKubeAPIServerRestart(t *testing.T) {
 				t.Fatalf("duplicated event %s", key)
 			}
 		case <-deadline:
-			t.Fatalf("after the restart the watch saw %v (deleted before-0: %v), want %v", seen, deleted, want)
+			t.Fatalf("after the relist the watch saw %v (deleted before-0: %v), want %v", seen, deleted, want)
 		}
 	}
 
