@@ -104,16 +104,16 @@ func (cl *modelClient) logf(format string, args ...any) {
 
 // segment is one watch of a client, from one resourceVersion on one replica.
 type segment struct {
-	r         *replica
-	from      uint64
-	w         watch.Interface
-	allow410  bool
+	r        *replica
+	from     uint64
+	w        watch.Interface
+	allow410 bool
 	// require410: the replica relisted with other content after from.
 	require410 bool
-	mustEnd   bool   // a relist that changed r came while it was open
-	mayEnd    bool   // a relist that only moved r's resourceVersion came
-	endRV     uint64 // r's resourceVersion before the relist that must end it
-	bookmarks bool
+	mustEnd    bool   // a relist that changed r came while it was open
+	mayEnd     bool   // a relist that only moved r's resourceVersion came
+	endRV      uint64 // r's resourceVersion before the relist that must end it
+	bookmarks  bool
 
 	mu     sync.Mutex
 	items  []watch.Event
