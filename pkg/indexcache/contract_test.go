@@ -5,7 +5,7 @@ package indexcache
 // implementation: each failed on main at 0524662 (see the commit message for
 // how), and each holds kube-apiserver's behaviour.
 //
-// The few internals these tests reach (sendBookmarks, expireSnapshots) are
+// The few internals these tests reach (requestBookmarks, expireHistory) are
 // behind bookmarkNow and housekeep below, so a rewrite adapts one place.
 
 import (
@@ -34,10 +34,10 @@ import (
 const contractWait = 10 * time.Second
 
 // bookmarkNow sends the periodic bookmarks now.
-func bookmarkNow(c *Cache) { c.sendBookmarks() }
+func bookmarkNow(c *Cache) { c.requestBookmarks() }
 
 // housekeep runs the periodic snapshot expiry now.
-func housekeep(c *Cache) { c.expireSnapshots() }
+func housekeep(c *Cache) { c.expireHistory() }
 
 // newCacheWith is newTestCache with changes to the test config.
 func newCacheWith(t testing.TB, change func(*Config)) *Cache {
@@ -88,11 +88,11 @@ func mustWatch(t *testing.T, c *Cache, opts WatchOptions) watch.Interface {
 	return w
 }
 
-// watchError is how a watch call failed: its returned error, or - as
+// watchOutcome is how a watch call failed: its returned error, or - as
 // kube-apiserver does for errors after the resourceVersion parsed - the
 // Status of its first event, an ERROR. nil when the watch opened normally
 // (it then consumed nothing: it only looks when asked to expect an error).
-func watchError(t *testing.T, w watch.Interface, err error) error {
+func watchOutcome(t *testing.T, w watch.Interface, err error) error {
 	t.Helper()
 	if err != nil {
 		return err
@@ -117,7 +117,7 @@ func watchError(t *testing.T, w watch.Interface, err error) error {
 func expectWatchExpired(t *testing.T, c *Cache, rv uint64, why string) {
 	t.Helper()
 	w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: strconv.FormatUint(rv, 10)})
-	if err := watchError(t, w, err); !errors.IsResourceExpired(err) && !errors.IsGone(err) {
+	if err := watchOutcome(t, w, err); !errors.IsResourceExpired(err) && !errors.IsGone(err) {
 		t.Fatalf("%s: a watch from resourceVersion %d: %v, want 410 Expired", why, rv, err)
 	}
 }
@@ -598,7 +598,7 @@ func TestUIDChangeInRelistGap(t *testing.T) {
 // semantics table): the state at N, or 410.
 func TestLimitWithRVIsExact(t *testing.T) {
 	c := newTestCache(t)
-	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""))
+	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""), mkPod("ns", "z", "uz", 6, nil, "", ""))
 	if err := c.Ingest().Update(mkPod("ns", "a", "ua", 11, nil, "n1", "")); err != nil {
 		t.Fatal(err)
 	}
@@ -607,15 +607,15 @@ func TestLimitWithRVIsExact(t *testing.T) {
 	}
 	ctx := context.Background()
 	res, err := c.List(ctx, ListOptions{ResourceVersion: "10", Limit: 5})
-	if err != nil || listKeys(res) != "rv=10 [ns/a@5]" {
-		t.Fatalf("resourceVersion=10&limit=5 on a cache at 12: %s, want the state at 10 (rv=10 [ns/a@5])", fmtList(res, err))
+	if err != nil || listKeys(res) != "rv=10 [ns/a@5 ns/z@6]" {
+		t.Fatalf("resourceVersion=10&limit=5 on a cache at 12: %s, want the state at 10 (rv=10 [ns/a@5 ns/z@6])", fmtList(res, err))
 	}
 	page, err := c.List(ctx, ListOptions{ResourceVersion: "11", Limit: 1})
 	if err != nil || listKeys(page) != "rv=11 [ns/a@11]" || page.Continue == "" {
 		t.Fatalf("resourceVersion=11&limit=1: %s, want rv=11 [ns/a@11] and a token", fmtList(page, err))
 	}
-	if rest, err := c.List(ctx, ListOptions{Continue: page.Continue, Limit: 1}); err != nil || listKeys(rest) != "rv=11 []" {
-		t.Fatalf("its continuation: %s, want rv=11 [] (b came at 12)", fmtList(rest, err))
+	if rest, err := c.List(ctx, ListOptions{Continue: page.Continue, Limit: 1}); err != nil || listKeys(rest) != "rv=11 [ns/z@6]" || rest.Continue != "" {
+		t.Fatalf("its continuation: %s, want rv=11 [ns/z@6], the end (b came at 12)", fmtList(rest, err))
 	}
 	// Without a limit it stays NotOlderThan, and "0" any state.
 	for _, opts := range []ListOptions{{ResourceVersion: "10"}, {ResourceVersion: "0", Limit: 5}} {
@@ -630,7 +630,7 @@ func TestLimitWithRVIsExact(t *testing.T) {
 		}
 	}
 	if res, err := c.List(ctx, ListOptions{ResourceVersion: "11", Limit: 5}); !errors.IsResourceExpired(err) {
-		if err != nil || listKeys(res) != "rv=11 [ns/a@11]" {
+		if err != nil || listKeys(res) != "rv=11 [ns/a@11 ns/z@6]" {
 			t.Fatalf("resourceVersion=11&limit=5 after the window moved on: %s, want 410 (or the state at 11)", fmtList(res, err))
 		}
 	}
@@ -662,7 +662,7 @@ func TestContinueTokenDoesNotPinStateForever(t *testing.T) {
 		housekeep(c)
 		if historyLeft < 0 {
 			w, err := c.Watch(ctx, WatchOptions{ResourceVersion: "10"})
-			if err := watchError(t, w, err); errors.IsResourceExpired(err) || errors.IsGone(err) {
+			if err := watchOutcome(t, w, err); errors.IsResourceExpired(err) || errors.IsGone(err) {
 				historyLeft = minute
 			}
 		}

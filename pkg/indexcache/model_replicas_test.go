@@ -383,7 +383,7 @@ func (rm *replicaModel) relist(r *replica) {
 	if err := r.in.Replace(list, strconv.FormatUint(m.rv, 10)); err != nil {
 		rm.t.Fatal(err)
 	}
-	hard := !sameState(had, m.state)
+	hard := !samePods(had, m.state)
 	soft := !hard && m.rv > r.rv
 	for _, cl := range rm.clients {
 		if s := cl.seg; s != nil && s.r == r {

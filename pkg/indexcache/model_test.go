@@ -132,8 +132,8 @@ type relistMark struct {
 // expired tells a 410 Expired (or Gone) error.
 func expired(err error) bool { return errors.IsResourceExpired(err) || errors.IsGone(err) }
 
-// sameState tells whether two states hold the same objects at the same resourceVersions.
-func sameState(a, b map[string]*indexing.Pod) bool {
+// samePods tells whether two states hold the same objects at the same resourceVersions.
+func samePods(a, b map[string]*indexing.Pod) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -596,7 +596,7 @@ func (m *model) relist(t *testing.T, in IngestStore) {
 		t.Fatal(err)
 	}
 	m.seq++
-	hard := !sameState(before, m.state)
+	hard := !samePods(before, m.state)
 	if hard || listRV > m.cacheRV {
 		m.relists = append(m.relists, relistMark{seq: m.seq, at: len(m.events), rv: listRV, hard: hard})
 		if hard {
