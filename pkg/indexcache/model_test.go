@@ -111,9 +111,38 @@ type model struct {
 	// tombs are deletions fed as tombstones: they carry the cache's current
 	// resourceVersion, which a bookmark may already have announced.
 	tombs map[string]bool
-	// relists holds len(events) before each relist's missed events: a
-	// relist ends every open watcher there.
-	relists []int
+	// seq orders relists and watch openings.
+	seq int
+	// relists the cache went through after its first list. A relist whose
+	// content differs from the cache's ends every open watch, and every
+	// resourceVersion before it is 410 for watches and Exact reads (hardRV);
+	// one with the same content at a newer resourceVersion may do either
+	// (softRV).
+	relists        []relistMark
+	hardRV, softRV uint64
+}
+
+type relistMark struct {
+	seq  int
+	at   int // len(events) when it happened
+	rv   uint64
+	hard bool
+}
+
+// expired tells a 410 Expired (or Gone) error.
+func expired(err error) bool { return errors.IsResourceExpired(err) || errors.IsGone(err) }
+
+// samePods tells whether two states hold the same objects at the same resourceVersions.
+func samePods(a, b map[string]*indexing.Pod) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, p := range a {
+		if q, ok := b[k]; !ok || q.ResourceVersion != p.ResourceVersion {
+			return false
+		}
+	}
+	return true
 }
 
 func (m *model) snapshot() {
@@ -313,8 +342,10 @@ type recordedWatch struct {
 	initial  int      // leading state events, in key order rather than RV order
 	expected []string // without periodic bookmarks
 	liveFrom int      // m.events from this index on are expected live
-	relists  int      // len(m.relists) when it started: a later relist ends it
 	got      chan string
+	seq      int    // orders it with relists
+	from     uint64 // a resume's resourceVersion: no bookmark goes below it
+	allow410 bool   // a 410 (as an ERROR event) is a right answer
 }
 
 type openList struct {
@@ -422,7 +453,7 @@ func runModel(t *testing.T, seed int64, ops int) {
 		case r < 84:
 			if len(open) > 0 {
 				i := m.rng.Intn(len(open))
-				if continueList(ctx, t, c, open[i]) {
+				if continueList(ctx, t, c, open[i], m.hardRV, m.softRV) {
 					open = append(open[:i], open[i+1:]...)
 				}
 			}
@@ -435,24 +466,33 @@ func runModel(t *testing.T, seed int64, ops int) {
 		}
 	}
 	for _, l := range open {
-		for !continueList(ctx, t, c, l) {
+		for !continueList(ctx, t, c, l, m.hardRV, m.softRV) {
 		}
 	}
 	for i, rw := range watches {
-		live := m.events[rw.liveFrom:]
-		// A relist ends the watcher: its stream stops somewhere before the
-		// relist (a prefix of what it would have had; the client resumes
-		// from the last resourceVersion it saw).
-		ended := len(m.relists) > rw.relists
-		if ended {
-			live = m.events[rw.liveFrom:m.relists[rw.relists]]
+		// A relist after the watch opened ends it (one that changed
+		// content must; one that only moved the resourceVersion may): it
+		// gets the events before the relist, or a prefix of them, then its
+		// stream closes; never the relist's differences.
+		end, mustEnd, mayEnd := len(m.events), false, false
+		for _, r := range m.relists {
+			if r.seq > rw.seq {
+				mayEnd = true
+				if r.hard {
+					end, mustEnd = r.at, true
+					break
+				}
+			}
 		}
-		for _, ev := range live {
+		for _, ev := range m.events[rw.liveFrom:end] {
 			if s, ok := rw.q.expectEvent(ev); ok {
 				rw.expected = append(rw.expected, s)
 			}
 		}
-		got := collect(rw)
+		got, closed := collect(rw, mustEnd, mayEnd)
+		if len(got) > 0 && strings.HasPrefix(got[0], "ERROR 410") && rw.allow410 {
+			continue // the client relists
+		}
 		checkBookmarks(t, i, rw, got, m.rv, m.tombs)
 		var events []string
 		for _, s := range got {
@@ -460,12 +500,15 @@ func runModel(t *testing.T, seed int64, ops int) {
 				events = append(events, s)
 			}
 		}
-		want := rw.expected
-		if ended && len(events) < len(want) {
-			want = want[:len(events)]
-		}
-		if fmt.Sprint(events) != fmt.Sprint(want) {
-			t.Fatalf("watcher %d %s %s:\n got  %v\n want %v", i, rw.descr, rw.q.descr, events, rw.expected)
+		switch {
+		case mustEnd && !closed:
+			t.Fatalf("watcher %d %s %s: still open after a relist that changed the cache; got %v", i, rw.descr, rw.q.descr, got)
+		case mustEnd || (mayEnd && closed):
+			if len(events) > len(rw.expected) || fmt.Sprint(events) != fmt.Sprint(rw.expected[:len(events)]) {
+				t.Fatalf("watcher %d %s %s, ended by a relist:\n got  %v\n want a prefix of %v", i, rw.descr, rw.q.descr, events, rw.expected)
+			}
+		case fmt.Sprint(events) != fmt.Sprint(rw.expected):
+			t.Fatalf("watcher %d %s %s (closed by the cache: %v):\n got  %v\n want %v", i, rw.descr, rw.q.descr, closed, events, rw.expected)
 		}
 	}
 }
@@ -514,18 +557,35 @@ func (m *model) mutateCache(t *testing.T, in IngestStore, tombstoneOK bool) {
 	m.snapshot()
 }
 
-// relist: the cache missed some events and the reflector lists again. The
-// missed events are upstream's history (other replicas and Exact reads may
-// know them); the cache restarts its history at the list's RV and ends
-// every open watcher.
+// relist: the reflector lists again, after missing some upstream changes
+// (or none). The model keeps upstream's true states at every resourceVersion
+// of the gap: the cache never had them, so Exact reads and watches from them
+// must get 410. A relist identical to the cache changes nothing.
 func (m *model) relist(t *testing.T, in IngestStore) {
 	t.Helper()
-	m.relists = append(m.relists, len(m.events))
-	for i := m.rng.Intn(5); i >= 0; i-- {
-		m.events = append(m.events, m.mutate())
+	before := map[string]*indexing.Pod{}
+	for k, v := range m.state {
+		before[k] = v
+	}
+	if m.rv == m.cacheRV && m.rng.Intn(4) == 0 {
+		// The same list at the cache's resourceVersion: nothing happens.
+		var list []interface{}
+		for _, p := range m.state {
+			list = append(list, p)
+		}
+		if err := in.Replace(list, strconv.FormatUint(m.rv, 10)); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	n := m.rng.Intn(5)
+	for i := 0; i < n; i++ { // changes the cache misses
+		m.mutate()
 		m.snapshot()
 	}
-	m.rv++
+	if n == 0 || m.rng.Intn(2) == 0 {
+		m.rv++
+	}
 	listRV := m.rv
 	var list []interface{}
 	for _, p := range m.state {
@@ -534,6 +594,16 @@ func (m *model) relist(t *testing.T, in IngestStore) {
 	m.rng.Shuffle(len(list), func(i, j int) { list[i], list[j] = list[j], list[i] })
 	if err := in.Replace(list, strconv.FormatUint(listRV, 10)); err != nil {
 		t.Fatal(err)
+	}
+	m.seq++
+	hard := !samePods(before, m.state)
+	if hard || listRV > m.cacheRV {
+		m.relists = append(m.relists, relistMark{seq: m.seq, at: len(m.events), rv: listRV, hard: hard})
+		if hard {
+			m.hardRV = listRV
+		} else {
+			m.softRV = listRV
+		}
 	}
 	m.cacheRV = listRV
 	m.snapshot()
@@ -566,17 +636,22 @@ func checkList(ctx context.Context, t *testing.T, c *Cache, m *model, q query) *
 	}
 	if m.rng.Intn(2) == 0 {
 		l.opts.Limit = int64(1 + m.rng.Intn(4))
-		// A resourceVersion with a limit and no match is Exact.
-		exact = exact || (l.opts.ResourceVersion != "" && l.opts.ResourceVersion != "0")
+	}
+	if l.opts.ResourceVersion != "" && l.opts.ResourceVersion != "0" && l.opts.Limit > 0 {
+		exact = true // resourceVersion=N&limit=L is Exact, as in kube-apiserver
 	}
 	oldest := c.window.startRV
 	l.first = fmt.Sprintf("rv=%s match=%s limit=%d", l.opts.ResourceVersion, l.opts.ResourceVersionMatch, l.opts.Limit)
 	res, err := c.List(ctx, l.opts)
+	rv, _ := strconv.ParseUint(l.opts.ResourceVersion, 10, 64)
 	if err != nil {
-		if rv, _ := strconv.ParseUint(l.opts.ResourceVersion, 10, 64); exact && rv < oldest && errors.IsResourceExpired(err) {
+		if exact && expired(err) && (rv < oldest || rv < m.hardRV || rv < m.softRV) {
 			return nil // legitimately expired
 		}
 		t.Fatalf("list %s %+v: %v", q.descr, l.opts, err)
+	}
+	if exact && rv < m.hardRV {
+		t.Fatalf("list %s %q: answered at %d, before the relist at %d that changed the cache (a state it never had); want 410", q.descr, l.first, res.ResourceVersion, m.hardRV)
 	}
 	// After the call: a consistent or too-new read made the cache catch up.
 	l.rv = m.cacheRV
@@ -622,15 +697,14 @@ func (l *openList) take(t *testing.T, res *ListResult) bool {
 	return true
 }
 
-func continueList(ctx context.Context, t *testing.T, c *Cache, l *openList) bool {
+func continueList(ctx context.Context, t *testing.T, c *Cache, l *openList, hardRV, softRV uint64) bool {
 	t.Helper()
-	oldest := c.window.startRV
 	res, err := c.List(ctx, l.opts)
 	if err != nil {
-		if l.rv < oldest && errors.IsResourceExpired(err) {
-			return true // the history no longer reaches the token's state
+		if expired(err) && l.rv < max(hardRV, softRV) {
+			return true // the list began before a relist: the client lists again
 		}
-		t.Fatalf("continue list %s at %d (history from %d): %v", l.q.descr, l.rv, oldest, err)
+		t.Fatalf("continue list %s at %d: %v", l.q.descr, l.rv, err)
 	}
 	return l.take(t, res)
 }
@@ -679,17 +753,25 @@ func startWatch(ctx context.Context, t *testing.T, c *Cache, m *model) *recorded
 	}
 	rw.descr = fmt.Sprintf("rv=%q sendInitialEvents=%v bookmarks=%v", opts.ResourceVersion, opts.SendInitialEvents != nil && *opts.SendInitialEvents, opts.AllowWatchBookmarks)
 	oldest := c.window.startRV
+	// Before the window, or before a relist that changed the cache: 410.
+	// Before a relist that only moved the resourceVersion: 410 or the events.
+	require410 := from > 0 && (from < oldest || from < m.hardRV)
+	rw.allow410 = require410 || (from > 0 && from < m.softRV)
 	w, err := c.Watch(ctx, opts)
 	if err != nil {
+		if rw.allow410 && expired(err) {
+			return nil
+		}
 		t.Fatalf("watch %s %s: %v", q.descr, rw.descr, err)
 	}
-	if from > 0 && from < oldest {
-		if err := watchError(t, w); !errors.IsResourceExpired(err) {
-			t.Fatalf("watch %s %s from before the window: %v, want 410", q.descr, rw.descr, err)
+	if require410 {
+		if err := watchOutcome(t, w, nil); !expired(err) {
+			t.Fatalf("watch %s %s (window from %d, relisted at %d): %v, want 410", q.descr, rw.descr, oldest, m.hardRV, err)
 		}
-		return nil // legitimately expired
+		return nil
 	}
-	rw.w = w
+	m.seq++
+	rw.w, rw.seq, rw.from = w, m.seq, from
 	switch {
 	case mode == 1 || mode == 2:
 		for _, s := range q.expectList(m.state) {
@@ -710,10 +792,9 @@ func startWatch(ctx context.Context, t *testing.T, c *Cache, m *model) *recorded
 		}
 	}
 	rw.liveFrom = len(m.events)
-	rw.relists = len(m.relists)
 	go func() {
 		for ev := range w.ResultChan() {
-			rw.got <- describe(ev)
+			rw.got <- describeEvent(ev)
 		}
 		close(rw.got)
 	}()
@@ -721,16 +802,18 @@ func startWatch(ctx context.Context, t *testing.T, c *Cache, m *model) *recorded
 }
 
 // collect waits for the expected events (bookmarks come on top), then
-// stops the watch and takes whatever else arrived.
-func collect(rw *recordedWatch) []string {
-	var got []string
+// stops the watch and takes whatever else arrived. A watch that a relist
+// must end (mustEnd) is waited for until the cache closes it; one it may
+// end (mayEnd) until it has its events or is closed. closed tells whether
+// the cache closed the stream before collect stopped it.
+func collect(rw *recordedWatch, mustEnd, mayEnd bool) (got []string, closed bool) {
 	events := 0
 	timeout := time.After(10 * time.Second)
-	for events < len(rw.expected) {
+	for mustEnd || events < len(rw.expected) {
 		select {
 		case s, ok := <-rw.got:
 			if !ok {
-				return got
+				return got, true
 			}
 			got = append(got, s)
 			if !strings.HasPrefix(s, "BOOKMARK @") {
@@ -741,14 +824,14 @@ func collect(rw *recordedWatch) []string {
 			for s := range rw.got {
 				got = append(got, s)
 			}
-			return got
+			return got, false
 		}
 	}
 	rw.w.Stop()
 	for s := range rw.got {
 		got = append(got, s)
 	}
-	return got
+	return got, false
 }
 
 // checkBookmarks: after the initial state, resourceVersions never go back; a
@@ -764,6 +847,9 @@ func checkBookmarks(t *testing.T, i int, rw *recordedWatch, got []string, maxRV 
 		isBookmark := strings.HasPrefix(s, "BOOKMARK")
 		if isBookmark && !strings.Contains(s, "END") && !strings.Contains(rw.descr, "bookmarks=true") {
 			t.Fatalf("watcher %d %s got %s without asking for bookmarks", i, rw.descr, s)
+		}
+		if isBookmark && rv < rw.from {
+			t.Fatalf("watcher %d %s from %d: %s below its resourceVersion in %v", i, rw.descr, rw.from, s, got)
 		}
 		if rv < last || (bookmarked && !isBookmark && rv == last && !tombs[s]) || rv > maxRV {
 			t.Fatalf("watcher %d %s: %s after resourceVersion %d in %v", i, rw.descr, s, last, got)
