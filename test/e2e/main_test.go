@@ -66,10 +66,10 @@ func run(m *testing.M) int {
 		IndexAPIServerArgs: []string{"--bookmark-interval=2s", "--enable-cluster-proxy"},
 		// Impersonation RBAC and the kubeconfigs of the cluster proxy; the
 		// audit log shows which requests reached kube-apiserver as whom.
-		ClusterProxy: true,
-		AuditLog:     true,
-		DieWithParent:      true,
-		Timeout:            90 * time.Second,
+		ClusterProxy:  true,
+		AuditLog:      true,
+		DieWithParent: true,
+		Timeout:       90 * time.Second,
 		Logf: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "localstack: "+format+"\n", args...)
 		},
