@@ -23,6 +23,7 @@ import (
 	runtime2 "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/client-go/tools/cache"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
@@ -894,5 +895,53 @@ func TestIdenticalRelistChangesNothing(t *testing.T) {
 	res, err := c.List(context.Background(), ListOptions{ResourceVersion: "10", ResourceVersionMatch: metav1.ResourceVersionMatchExact})
 	if err != nil || listKeys(res) != "rv=10 [ns/a@5 ns/b@6]" {
 		t.Fatalf("an exact list at 10 after an identical relist: %s", fmtList(res, err))
+	}
+}
+
+// TestTombstoneReachesWatcherFromCurrentRV (found by TestModel seeds 124
+// and 246 at -indexcache.ops=1500 on main at 701d05d): a deletion whose
+// final state is unknown (a DeletedFinalStateUnknown, as informers' DeltaFIFO
+// hands out) is committed at the cache's resourceVersion. A watcher that
+// registered at that resourceVersion before it - from it, or a WatchList at
+// it - must still get the DELETED (or be ended): its client holds the object.
+// Skipping events by resourceVersion (ev.rv <= fromRV) for events committed
+// after registration leaves a ghost. (A Reflector-fed cache never sees
+// tombstones; the Ingest API takes them.)
+func TestTombstoneReachesWatcherFromCurrentRV(t *testing.T) {
+	yes := true
+	for name, opts := range map[string]WatchOptions{
+		"watch from 10":   {ResourceVersion: "10"},
+		"WatchList at 10": {ResourceVersion: "10", SendInitialEvents: &yes, AllowWatchBookmarks: true, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := newTestCache(t)
+			synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""), mkPod("ns", "b", "ub", 6, nil, "", ""))
+			w := mustWatch(t, c, opts)
+			if err := c.Ingest().Delete(cache.DeletedFinalStateUnknown{Key: "ns/a"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Ingest().Add(mkPod("ns", "z", "uz", 11, nil, "", "")); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			deadline := time.After(contractWait)
+			for len(got) == 0 || got[len(got)-1] != "ADDED ns/z@11" {
+				select {
+				case ev, ok := <-w.ResultChan():
+					if !ok {
+						return // ended: its client resumes and relists
+					}
+					got = append(got, describeEvent(ev))
+				case <-deadline:
+					t.Fatalf("no ADDED ns/z@11 within %v: %v", contractWait, got)
+				}
+			}
+			for _, s := range got {
+				if s == "DELETED ns/a@10" {
+					return
+				}
+			}
+			t.Fatalf("the watcher got %v: no DELETED ns/a@10, its client keeps a ghost of ns/a", got)
+		})
 	}
 }
