@@ -142,13 +142,21 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64)
 	if c.generation != gen {
 		return false, nil
 	}
+	// Only a watch from a resourceVersion the cache had not reached skips
+	// events by resourceVersion (the client has those from elsewhere); any
+	// other skips by commit order alone, so a tombstone's deletion, which
+	// reuses the current resourceVersion, still reaches it.
+	skipTo := uint64(0)
+	if fromRV > at {
+		skipTo = fromRV
+	}
 	if c.seq > seq {
 		events, ok := c.window.sinceSeq(seq)
 		if !ok { // the window moved past the preparation: start over
 			return false, nil
 		}
 		for _, ev := range events {
-			if ev.rv <= fromRV {
+			if ev.rv <= skipTo {
 				continue
 			}
 			if out, ok := w.convert(ev); ok {
@@ -156,7 +164,10 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64)
 			}
 		}
 	}
-	w.startSeq, w.fromRV = c.seq, fromRV
+	w.startSeq = c.seq
+	if fromRV > c.rv {
+		w.fromRV = fromRV
+	}
 	startRV := max(c.rv, fromRV)
 	if endBookmark {
 		initial = append(initial, c.bookmarkEvent(startRV, true))
