@@ -28,7 +28,7 @@ func (c *Cache) SetIndexes(labelKeys, fieldPaths []string) error {
 	defer c.setMu.Unlock()
 	for {
 		c.mu.RLock()
-		cur, gen, at := c.indexes, c.generation, c.rv
+		cur, gen, seq := c.indexes, c.generation, c.seq
 		tree := c.cloneTree()
 		c.mu.RUnlock()
 
@@ -36,8 +36,7 @@ func (c *Cache) SetIndexes(labelKeys, fieldPaths []string) error {
 		if len(built.labels)+len(built.fields) > 0 {
 			tree.Ascend(func(e *entry) bool { built.update(nil, e); return true })
 		}
-		if c.swapIndexes(next, built, gen, at) {
-			stats := next.stats()
+		if stats, ok := c.swapIndexes(next, built, gen, seq); ok {
 			c.m.setIndexValues(stats)
 			klog.V(2).InfoS("Index cache indexes set", "resource", c.resource, "labels", labelKeys, "fields", fieldPaths,
 				"built", len(built.labels)+len(built.fields))
@@ -75,20 +74,21 @@ func (c *Cache) planIndexes(cur *indexSet, labelKeys, fieldPaths []string) (next
 	return next, built
 }
 
-// swapIndexes brings the built indexes up to date with the events after at
-// and makes next the live set. It reports false when a relist replaced the
-// state since at, or the window no longer reaches at (build again).
-func (c *Cache) swapIndexes(next, built *indexSet, gen, at uint64) bool {
+// swapIndexes brings the built indexes up to date with the events committed
+// after the one numbered seq and makes next the live set, returning its
+// stats. It reports false when a relist replaced the state meanwhile, or the
+// window no longer reaches back to seq (build again).
+func (c *Cache) swapIndexes(next, built *indexSet, gen, seq uint64) ([]IndexStat, bool) {
 	c.ingestMu.Lock()
 	defer c.ingestMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.generation != gen {
-		return false
+		return nil, false
 	}
-	events, ok := c.window.since(at)
+	events, ok := c.window.sinceSeq(seq)
 	if !ok {
-		return false
+		return nil, false
 	}
 	for _, ev := range events {
 		if ev.typ == watch.Deleted {
@@ -99,7 +99,7 @@ func (c *Cache) swapIndexes(next, built *indexSet, gen, at uint64) bool {
 	}
 	c.indexes = next
 	c.rehomeLocked()
-	return true
+	return next.stats(), true
 }
 
 // rehomeLocked registers every watcher again in the best index of the
