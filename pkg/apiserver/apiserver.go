@@ -20,6 +20,7 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
 	"github.com/index-apiserver/index-apiserver/pkg/clusterproxy"
+	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/node"
@@ -94,10 +95,12 @@ type Server struct {
 	Caches map[string]*indexcache.Cache
 }
 
-// mirror is one served resource: its cache and the feed that fills it.
+// mirror is one served resource: its cache, the feed that fills it, and
+// the reader that serves it (deciding where consistent reads are answered).
 type mirror struct {
-	cache *indexcache.Cache
-	feed  *upstream.Feed
+	cache  *indexcache.Cache
+	feed   *upstream.Feed
+	reader *consistentread.Reader
 }
 
 // New builds the server. Caches start filling in a post-start hook, and
@@ -115,7 +118,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	if c.ExtraConfig.ClusterProxy {
 		// The handler chain is built by New below, so the proxy goes in first.
-		if err := c.installClusterProxy(mirrors["pods"].cache, mirrors["nodes"].cache); err != nil {
+		if err := c.installClusterProxy(mirrors["pods"].reader, mirrors["nodes"].reader); err != nil {
 			return nil, err
 		}
 	}
@@ -127,8 +130,8 @@ func (c CompletedConfig) New() (*Server, error) {
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(indexing.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"pods":  pod.NewREST(mirrors["pods"].cache),
-		"nodes": node.NewREST(mirrors["nodes"].cache),
+		"pods":  pod.NewREST(mirrors["pods"].reader),
+		"nodes": node.NewREST(mirrors["nodes"].reader),
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, err
@@ -193,10 +196,6 @@ func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
 		AlwaysIndexedFields:    res.AlwaysIndexed,
 		CurrentResourceVersion: func(ctx context.Context) (uint64, error) { return feed.CurrentResourceVersion(ctx) },
 		RequestProgress:        feed.RequestProgress,
-		ReadUpstream:           feed.ReadUpstream,
-		UpstreamFields:         res.UpstreamFields,
-		ConsistentReadFallback: cc.ConsistentReadFallback,
-		MaxUpstreamReads:       cc.MaxUpstreamReads,
 		FreshnessTimeout:       cc.FreshnessTimeout,
 		EventWindow:            cc.EventWindow,
 		SnapshotRetention:      cc.SnapshotRetention,
@@ -208,5 +207,12 @@ func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
 		return nil, fmt.Errorf("creating the %s cache: %w", res.Name, err)
 	}
 	feed.Connect(cache.Ingest(), cache.ResourceVersion)
-	return &mirror{cache: cache, feed: feed}, nil
+	reader := consistentread.New(cache, consistentread.Config{
+		GroupResource:    indexing.Resource(res.Name),
+		Read:             feed.ReadUpstream,
+		UpstreamFields:   res.UpstreamFields,
+		Fallback:         cc.ConsistentReadFallback,
+		MaxUpstreamReads: cc.MaxUpstreamReads,
+	})
+	return &mirror{cache: cache, feed: feed, reader: reader}, nil
 }

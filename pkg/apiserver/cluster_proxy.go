@@ -9,7 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/index-apiserver/index-apiserver/pkg/clusterproxy"
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/coreview"
 )
 
@@ -17,7 +17,7 @@ import (
 // chain (after authentication, the clusters/proxy authorization and
 // impersonation; before the API handlers): the core view served from the
 // caches, and kube-apiserver for everything else.
-func (c CompletedConfig) installClusterProxy(pods, nodes *indexcache.Cache) error {
+func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader) error {
 	gc := c.GenericConfig
 	if c.ExtraConfig.PolicyClientConfig == nil {
 		return fmt.Errorf("the cluster proxy needs kube-apiserver's address (--kubeconfig or in-cluster)")

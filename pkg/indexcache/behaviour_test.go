@@ -775,3 +775,12 @@ func TestConsistentReadAsksAgainForProgress(t *testing.T) {
 		t.Fatalf("asked for progress %d times, want 2", n)
 	}
 }
+
+func itemKeys(items []runtime2.Object) []string {
+	var out []string
+	for _, o := range items {
+		p := o.(*indexing.Pod)
+		out = append(out, p.Namespace+"/"+p.Name+"@"+p.ResourceVersion)
+	}
+	return out
+}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/btree"
 	"k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 )
@@ -30,14 +29,6 @@ const (
 	maxSnapshots = 256
 )
 
-// DefaultConsistentReadFallback is the server's default for
-// Config.ConsistentReadFallback (whose zero value always waits): pod events
-// already on their way arrive within it, a bookmark does not.
-const DefaultConsistentReadFallback = 50 * time.Millisecond
-
-// DefaultMaxUpstreamReads is the server's default for Config.MaxUpstreamReads.
-const DefaultMaxUpstreamReads = 2
-
 // Cache is the indexed watch cache of one resource. It has two sides:
 //
 //   - ingest (ingest.go): the Reflector's writes are committed to the state
@@ -50,7 +41,9 @@ const DefaultMaxUpstreamReads = 2
 //
 // Readers (List, Get, Watch registration) take mu for reading, for O(1)
 // work (a copy-on-write clone) or work bounded by their own result; they
-// never wait for dispatch.
+// never wait for dispatch. Whether a consistent read is answered here or
+// upstream is decided outside, by package consistentread; the cache only
+// waits for freshness (freshness.go, consistent.go).
 //
 // Lock order, the one place it is written down:
 //
@@ -67,18 +60,13 @@ type Cache struct {
 	resource   string
 	fieldNames []string       // selectable fields, sorted; entry.fields is by this order
 	fieldIDs   map[string]int // field path -> ordinal
-	// upstreamFields tells, by field ordinal, whether upstream can filter by it.
-	upstreamFields []bool
-	m              *cacheMetrics
+	m          *cacheMetrics
 
 	ingestMu sync.Mutex
 	setMu    sync.Mutex        // one index change at a time
 	queue    chan dispatchItem // written under ingestMu, read by dispatch
 	sendMu   sync.Mutex
 	dispatch dispatcher // owned by the dispatch goroutine
-
-	// reads is how consistent reads are proven fresh or answered upstream.
-	reads *consistentReads
 
 	mu      sync.RWMutex
 	cloneMu sync.Mutex // btree Clone writes to the source tree: one at a time
@@ -159,7 +147,6 @@ func New(cfg Config) (*Cache, error) {
 		done:      make(chan struct{}),
 		queue:     make(chan dispatchItem, dispatchQueue),
 	}
-	c.reads = newConsistentReads(c)
 	for name := range cfg.Fields {
 		c.fieldNames = append(c.fieldNames, name)
 	}
@@ -167,14 +154,7 @@ func New(cfg Config) (*Cache, error) {
 	for i, name := range c.fieldNames {
 		c.fieldIDs[name] = i
 	}
-	c.upstreamFields = make([]bool, len(c.fieldNames))
-	for _, f := range cfg.UpstreamFields {
-		id, ok := c.fieldIDs[f]
-		if !ok {
-			return nil, fmt.Errorf("indexcache: upstream field %q is not a selectable field", f)
-		}
-		c.upstreamFields[id] = true
-	}
+
 	c.indexes = newIndexSet()
 	for _, f := range cfg.AlwaysIndexedFields {
 		c.indexes.fields[c.fieldIDs[f]] = &fieldIndex{path: f, values: valueIndex{}}
@@ -243,24 +223,7 @@ func (c *Cache) Stop() {
 // Get returns one object. resourceVersion "" reads consistently, "0" any
 // state, "N" a state at least as new as N.
 func (c *Cache) Get(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error) {
-	if resourceVersion == "" {
-		if err := c.checkReady(); err != nil {
-			return nil, err
-		}
-		q := upstreamRead{namespace: namespace, field: "metadata.name=" + fields.EscapeValue(name)}
-		entries, _, fromUpstream, err := c.readConsistent(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		if fromUpstream {
-			for _, e := range entries {
-				if e.name == name && e.namespace == namespace {
-					return e.obj, nil
-				}
-			}
-			return nil, errors.NewNotFound(c.cfg.GroupResource, name)
-		}
-	} else if err := c.waitFresh(ctx, resourceVersion); err != nil {
+	if err := c.waitFresh(ctx, resourceVersion); err != nil {
 		return nil, err
 	}
 	c.mu.RLock()

@@ -14,7 +14,7 @@ type cacheMetrics struct {
 	objects, rv, rvLag, shards       compbasemetrics.GaugeMetric
 	candidates                       compbasemetrics.ObserverMetric
 	filtered, dispatched, slowClosed compbasemetrics.CounterMetric
-	relists, upstreamReads           compbasemetrics.CounterMetric
+	relists                          compbasemetrics.CounterMetric
 	resource                         string
 	mu                               sync.Mutex
 	indexSeries, watcherSeries       map[string]bool
@@ -33,7 +33,6 @@ func newCacheMetrics(resource string) *cacheMetrics {
 		dispatched:    metrics.EventsDispatched.WithLabelValues(resource),
 		slowClosed:    metrics.SlowWatchersClosed.WithLabelValues(resource),
 		relists:       metrics.Relists.WithLabelValues(resource),
-		upstreamReads: metrics.UpstreamReads.WithLabelValues(resource),
 		indexSeries:   map[string]bool{},
 		watcherSeries: map[string]bool{},
 	}

@@ -21,6 +21,24 @@ func (c *Cache) setRVLocked(rv uint64) bool {
 	return true
 }
 
+// CheckReady fails like kube-apiserver's cacher until the first list loaded.
+func (c *Cache) CheckReady() error { return c.checkReady() }
+
+// RequestProgress asks the feeder to prove the cache fresh up to target.
+func (c *Cache) RequestProgress(target uint64) {
+	if c.cfg.RequestProgress != nil {
+		c.cfg.RequestProgress(target)
+	}
+}
+
+// WaitUntil waits for the cache to reach rv, like a NotOlderThan read
+// (askProgress: asking the feeder for a progress notification first), and
+// returns early with slot true once it could put a token into slots (nil:
+// never).
+func (c *Cache) WaitUntil(ctx context.Context, rv uint64, askProgress bool, slots chan struct{}) (slot bool, err error) {
+	return c.waitUntil(ctx, rv, askProgress, slots)
+}
+
 // checkReady fails like kube-apiserver's cacher until the first list loaded.
 func (c *Cache) checkReady() error {
 	c.mu.RLock()

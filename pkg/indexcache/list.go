@@ -87,19 +87,6 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		if v, err = c.stateAt(rv, pred); err != nil {
 			return nil, err
 		}
-	case opts.ResourceVersion == "":
-		q := c.newUpstreamRead(pred, opts.Limit)
-		if q.limit == 0 {
-			q.limit = upstreamPageLimit
-		}
-		entries, rv, fromUpstream, err := c.readConsistent(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		if fromUpstream {
-			return c.upstreamPage(entries, rv, pred), nil
-		}
-		v = c.live(pred, opts.Limit > 0)
 	default:
 		if err := c.waitFresh(ctx, opts.ResourceVersion); err != nil {
 			return nil, err
@@ -107,24 +94,6 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		v = c.live(pred, opts.Limit > 0)
 	}
 	return c.page(v, pred, startKey, opts.Limit), nil
-}
-
-// upstreamPageLimit caps what a consistent LIST without a limit asks
-// upstream for; a longer answer waits for the cache instead.
-const upstreamPageLimit = 500
-
-// upstreamPage is the whole answer of a consistent LIST from upstream's
-// objects (label and namespace already applied there, at most the
-// request's limit): field and shard selectors are applied here.
-func (c *Cache) upstreamPage(entries []*entry, rv uint64, pred *predicate) *ListResult {
-	res := &ListResult{ResourceVersion: rv, Index: "upstream", Items: []runtime.Object{}}
-	for _, e := range entries {
-		if pred.matches(e) {
-			res.Items = append(res.Items, e.obj)
-		}
-	}
-	c.m.list(res.Index)
-	return res
 }
 
 func isExpired(err error) bool {

@@ -50,28 +50,6 @@ type Config struct {
 	// advance the cache's resourceVersion (see UpdateResourceVersion).
 	RequestProgress func(target uint64)
 
-	// ReadUpstream, if set, answers a consistent read at upstream: the objects
-	// of namespace ("" for all) matching the label and field selectors
-	// (strings upstream parses), at most limit of them (0: no limit),
-	// transformed like ingested objects, at upstream's list resourceVersion;
-	// complete is false when upstream has more. See ConsistentReadFallback.
-	ReadUpstream func(ctx context.Context, namespace, label, field string, limit int64) (objs []runtime.Object, rv uint64, complete bool, err error)
-	// UpstreamFields are the fields of Fields that upstream can filter by: a
-	// consistent read answered upstream sends those requirements of its field
-	// selector (so upstream returns the matching objects, not the first
-	// page of all), and applies the others itself.
-	UpstreamFields []string
-	// ConsistentReadFallback is how long a consistent GET or single-page LIST
-	// waits for the cache to prove itself fresh before it asks ReadUpstream
-	// instead. When upstream's resourceVersion moved through other resources,
-	// the proof is a bookmark that kube-apiserver sends on a one-second tick.
-	// 0 always waits.
-	ConsistentReadFallback time.Duration
-	// MaxUpstreamReads caps the consistent reads ReadUpstream answers at a
-	// time (at least 1); a read that finds them all busy waits for a free one
-	// or for the cache, whichever comes first, so many concurrent readers
-	// load upstream like MaxUpstreamReads sequential clients.
-	MaxUpstreamReads int
 	// FreshnessTimeout bounds the wait of consistent and NotOlderThan reads.
 	FreshnessTimeout time.Duration
 	// EventWindow is the most events kept for watch replay (and for Exact

@@ -21,6 +21,7 @@ import (
 
 	"github.com/index-apiserver/index-apiserver/pkg/apiserver"
 	"github.com/index-apiserver/index-apiserver/pkg/clusterproxy"
+	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	generatedopenapi "github.com/index-apiserver/index-apiserver/pkg/generated/openapi"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
@@ -79,8 +80,8 @@ func NewOptions() *Options {
 		Cache: CacheOptions{
 			CacheConfig: apiserver.CacheConfig{
 				FreshnessTimeout:       indexcache.DefaultFreshnessTimeout,
-				ConsistentReadFallback: indexcache.DefaultConsistentReadFallback,
-				MaxUpstreamReads:       indexcache.DefaultMaxUpstreamReads,
+				ConsistentReadFallback: consistentread.DefaultFallback,
+				MaxUpstreamReads:       consistentread.DefaultMaxUpstreamReads,
 				EventWindow:            indexcache.DefaultEventWindow,
 				SnapshotRetention:      indexcache.DefaultSnapshotRetention,
 				WatchBuffer:            indexcache.DefaultWatchBuffer,

@@ -1,9 +1,10 @@
-package indexcache
+package consistentread
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -14,8 +15,62 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	testingclock "k8s.io/utils/clock/testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 )
+
+type (
+	ListOptions = indexcache.ListOptions
+	ListResult  = indexcache.ListResult
+)
+
+func mkPod(ns, name, uid string, rv uint64, lbls map[string]string, node string, phase corev1.PodPhase) *indexing.Pod {
+	return &indexing.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid), ResourceVersion: strconv.FormatUint(rv, 10), Labels: lbls},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: phase},
+	}
+}
+
+// newCache is a pod cache synced at resourceVersion 10 with pods, whose
+// upstream is at upstreamRV.
+func newCache(t *testing.T, upstreamRV uint64, clk *testingclock.FakeClock, freshness time.Duration, pods ...*indexing.Pod) *indexcache.Cache {
+	t.Helper()
+	fieldFuncs := map[string]indexcache.FieldFunc{}
+	for name, fn := range indexing.PodFields {
+		fieldFuncs[name] = indexcache.FieldFunc(fn)
+	}
+	cfg := indexcache.Config{
+		GroupResource:          indexing.Resource("pods"),
+		Namespaced:             true,
+		NewFunc:                func() runtime.Object { return &indexing.Pod{} },
+		Transform:              func(obj interface{}) (runtime.Object, error) { return obj.(*indexing.Pod), nil },
+		Fields:                 fieldFuncs,
+		AlwaysIndexedFields:    []string{"metadata.name", "spec.nodeName"},
+		CurrentResourceVersion: func(context.Context) (uint64, error) { return upstreamRV, nil },
+		FreshnessTimeout:       freshness,
+	}
+	if clk != nil {
+		cfg.Clock = clk
+	}
+	c, err := indexcache.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	list := make([]interface{}, len(pods))
+	for i, p := range pods {
+		list[i] = p
+	}
+	if err := c.Ingest().Replace(list, "10"); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 // fakeUpstream answers ReadUpstream and records what it was asked.
 type fakeUpstream struct {
@@ -24,13 +79,13 @@ type fakeUpstream struct {
 	rv       uint64
 	complete bool
 	err      error
-	asked    []upstreamRead
+	asked    []query
 }
 
 func (f *fakeUpstream) read(_ context.Context, namespace, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.asked = append(f.asked, upstreamRead{namespace: namespace, label: label, field: field, limit: limit})
+	f.asked = append(f.asked, query{namespace: namespace, label: label, field: field, limit: limit})
 	out := make([]runtime.Object, len(f.objs))
 	for i, p := range f.objs {
 		out[i] = p
@@ -38,32 +93,27 @@ func (f *fakeUpstream) read(_ context.Context, namespace, label, field string, l
 	return out, f.rv, f.complete, f.err
 }
 
-func (f *fakeUpstream) calls() []upstreamRead {
+func (f *fakeUpstream) calls() []query {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]upstreamRead(nil), f.asked...)
+	return append([]query(nil), f.asked...)
 }
 
-// upstreamCache is a synced cache at resourceVersion 10 whose upstream is
-// at 50 through writes to other resources: it cannot prove itself fresh
-// until something calls UpdateResourceVersion. read answers its upstream
-// reads after fallback, at most maxReads at a time.
-func upstreamCache(t *testing.T, read func(context.Context, string, string, string, int64) ([]runtime.Object, uint64, bool, error), fallback time.Duration, maxReads int) *Cache {
-	cfg := testConfig()
-	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 50, nil }
-	cfg.ReadUpstream = read
-	cfg.ConsistentReadFallback = fallback
-	cfg.MaxUpstreamReads = maxReads
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	synced(t, c,
+// upstreamCache is a reader of a synced cache at resourceVersion 10 whose
+// upstream is at 50 through writes to other resources: it cannot prove
+// itself fresh until something calls UpdateResourceVersion. read answers
+// its upstream reads after fallback, at most maxReads at a time.
+func upstreamCache(t *testing.T, read ReadFunc, fallback time.Duration, maxReads int) (*indexcache.Cache, *Reader) {
+	return upstreamCacheWithTimeout(t, read, fallback, maxReads, 5*time.Second)
+}
+
+func upstreamCacheWithTimeout(t *testing.T, read ReadFunc, fallback time.Duration, maxReads int, freshness time.Duration) (*indexcache.Cache, *Reader) {
+	c := newCache(t, 50, nil, freshness,
 		mkPod("ns", "a1", "u1", 3, map[string]string{"app": "a"}, "n1", ""),
 		mkPod("ns", "a2", "u2", 4, map[string]string{"app": "a"}, "n2", ""),
 		mkPod("ns", "b1", "u3", 5, map[string]string{"app": "b"}, "n1", ""))
-	return c
+	return c, New(c, Config{GroupResource: indexing.Resource("pods"), Read: read, Fallback: fallback, MaxUpstreamReads: maxReads,
+		UpstreamFields: []string{"metadata.name", "spec.nodeName", "status.phase"}})
 }
 
 func itemKeys(items []runtime.Object) []string {
@@ -85,10 +135,10 @@ func TestConsistentReadFromUpstream(t *testing.T) {
 		mkPod("ns", "a3", "u4", 49, map[string]string{"app": "a"}, "n2", ""),
 		mkPod("ns", "a1", "u1", 47, map[string]string{"app": "a"}, "n2", ""),
 	}}
-	c := upstreamCache(t, up.read, 20*time.Millisecond, DefaultMaxUpstreamReads)
+	_, r := upstreamCache(t, up.read, 20*time.Millisecond, DefaultMaxUpstreamReads)
 	ctx := context.Background()
 
-	res, err := c.List(ctx, ListOptions{Namespace: "ns", Label: labels.SelectorFromSet(labels.Set{"app": "a"}),
+	res, err := r.List(ctx, ListOptions{Namespace: "ns", Label: labels.SelectorFromSet(labels.Set{"app": "a"}),
 		Field: fields.OneTermEqualSelector("spec.nodeName", "n2")})
 	if err != nil {
 		t.Fatal(err)
@@ -99,34 +149,44 @@ func TestConsistentReadFromUpstream(t *testing.T) {
 	if res.ResourceVersion != 52 || res.Continue != "" || res.Index != "upstream" {
 		t.Fatalf("list rv %d continue %q index %q, want 52, none, upstream", res.ResourceVersion, res.Continue, res.Index)
 	}
-	if got := up.calls(); len(got) != 1 || got[0] != (upstreamRead{namespace: "ns", label: "app=a", limit: upstreamPageLimit}) {
+	if got := up.calls(); len(got) != 1 || got[0] != (query{namespace: "ns", label: "app=a", field: "spec.nodeName=n2", limit: pageLimit}) {
 		t.Fatalf("asked upstream %+v", got)
 	}
 
-	if _, err := c.List(ctx, ListOptions{Limit: 7}); err != nil {
+	if _, err := r.List(ctx, ListOptions{Limit: 7}); err != nil {
 		t.Fatal(err)
 	}
-	if got := up.calls(); got[1] != (upstreamRead{limit: 7}) {
+	if got := up.calls(); got[1] != (query{limit: 7}) {
 		t.Fatalf("a limited list asked upstream %+v, want its limit", got[1])
 	}
 
-	obj, err := c.Get(ctx, "ns", "a1", "")
+	obj, err := r.Get(ctx, "ns", "a1", "")
 	if err != nil || obj.(*indexing.Pod).ResourceVersion != "47" {
 		t.Fatalf("get: %v %v, want upstream's a1@47", obj, err)
 	}
-	if got := up.calls(); got[2] != (upstreamRead{namespace: "ns", field: "metadata.name=a1"}) {
+	if got := up.calls(); got[2] != (query{namespace: "ns", field: "metadata.name=a1"}) {
 		t.Fatalf("get asked upstream %+v", got[2])
 	}
-	if _, err := c.Get(ctx, "ns", "a2", ""); !apierrors.IsNotFound(err) {
+	if _, err := r.Get(ctx, "ns", "a2", ""); !apierrors.IsNotFound(err) {
 		t.Fatalf("get of an object upstream no longer has: %v, want 404", err)
 	}
 
+	// A kubelet-style cluster-wide read by node: the field requirements
+	// upstream supports go there (else it would send a page of arbitrary
+	// pods); ours (metadata.ownerReferences.uid) are applied here.
+	if _, err := r.List(ctx, ListOptions{Field: fields.ParseSelectorOrDie("spec.nodeName=n9,metadata.ownerReferences.uid=o1")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := up.calls(); got[4] != (query{field: "spec.nodeName=n9", limit: pageLimit}) {
+		t.Fatalf("a field-selected list asked upstream %+v", got[4])
+	}
+
 	// Reads that name a resourceVersion never go upstream.
-	if res, err := c.List(ctx, ListOptions{ResourceVersion: "0"}); err != nil || res.ResourceVersion != 10 {
+	if res, err := r.List(ctx, ListOptions{ResourceVersion: "0"}); err != nil || res.ResourceVersion != 10 {
 		t.Fatalf("rv=0 list: %v %v", res, err)
 	}
-	if n := len(up.calls()); n != 4 {
-		t.Fatalf("%d upstream reads, want 4", n)
+	if n := len(up.calls()); n != 5 {
+		t.Fatalf("%d upstream reads, want 5", n)
 	}
 }
 
@@ -140,12 +200,12 @@ func TestConsistentReadWaitsWhenUpstreamCannotAnswer(t *testing.T) {
 		"error":      {err: errors.New("connection refused")},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c := upstreamCache(t, up.read, 20*time.Millisecond, DefaultMaxUpstreamReads)
+			c, r := upstreamCache(t, up.read, 20*time.Millisecond, DefaultMaxUpstreamReads)
 			go func() {
 				time.Sleep(100 * time.Millisecond)
 				c.Ingest().UpdateResourceVersion("50") // the bookmark
 			}()
-			res, err := c.List(context.Background(), ListOptions{Label: labels.SelectorFromSet(labels.Set{"app": "a"})})
+			res, err := r.List(context.Background(), ListOptions{Label: labels.SelectorFromSet(labels.Set{"app": "a"})})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,13 +226,13 @@ func TestConsistentReadWaitsWhenUpstreamCannotAnswer(t *testing.T) {
 // resourceVersion within the fallback, upstream is not asked.
 func TestConsistentReadFreshCacheStaysLocal(t *testing.T) {
 	up := &fakeUpstream{rv: 52, complete: true}
-	c := upstreamCache(t, up.read, 20*time.Millisecond, DefaultMaxUpstreamReads)
+	c, r := upstreamCache(t, up.read, 20*time.Millisecond, DefaultMaxUpstreamReads)
 	c.Ingest().UpdateResourceVersion("50")
-	res, err := c.List(context.Background(), ListOptions{})
+	res, err := r.List(context.Background(), ListOptions{})
 	if err != nil || res.Index == "upstream" || len(res.Items) != 3 {
 		t.Fatalf("list: %v %v", res, err)
 	}
-	if _, err := c.Get(context.Background(), "ns", "b1", ""); err != nil {
+	if _, err := r.Get(context.Background(), "ns", "b1", ""); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(up.calls()); n != 0 {
@@ -184,29 +244,22 @@ func TestConsistentReadFreshCacheStaysLocal(t *testing.T) {
 // earlier read already waited share what is left of the budget; once the
 // cache caught up with that read's target, a new episode starts afresh.
 func TestFallbackBudgetIsShared(t *testing.T) {
-	cfg := testConfig()
 	clk := testingclock.NewFakeClock(time.Now())
-	cfg.Clock = clk
-	cfg.ConsistentReadFallback = 50 * time.Millisecond
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	synced(t, c) // at 10
-	if b := c.reads.fallbackBudget(20); b != 50*time.Millisecond {
+	c := newCache(t, 50, clk, 5*time.Second) // at 10
+	r := New(c, Config{GroupResource: indexing.Resource("pods"), Fallback: 50 * time.Millisecond, Clock: clk})
+	if b := r.fallbackBudget(20); b != 50*time.Millisecond {
 		t.Fatalf("first read behind: budget %v, want all of it", b)
 	}
 	clk.Step(30 * time.Millisecond)
-	if b := c.reads.fallbackBudget(25); b != 20*time.Millisecond {
+	if b := r.fallbackBudget(25); b != 20*time.Millisecond {
 		t.Fatalf("a read 30ms later: budget %v, want the 20ms left", b)
 	}
 	clk.Step(time.Second)
-	if b := c.reads.fallbackBudget(30); b > 0 {
+	if b := r.fallbackBudget(30); b > 0 {
 		t.Fatalf("a read while the cache is still behind: budget %v, want none", b)
 	}
 	c.Ingest().UpdateResourceVersion("20") // caught up with the first target
-	if b := c.reads.fallbackBudget(40); b != 50*time.Millisecond {
+	if b := r.fallbackBudget(40); b != 50*time.Millisecond {
 		t.Fatalf("a read after the cache caught up: budget %v, want all of it", b)
 	}
 }
@@ -218,7 +271,7 @@ func TestUpstreamReadsAreCapped(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
 	up := &fakeUpstream{rv: 52, complete: true}
-	c := upstreamCache(t, func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
+	c, r := upstreamCache(t, func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
 		entered <- struct{}{}
 		<-release
 		return up.read(ctx, ns, label, field, limit)
@@ -226,7 +279,7 @@ func TestUpstreamReadsAreCapped(t *testing.T) {
 
 	first := make(chan error, 1)
 	go func() {
-		res, err := c.List(context.Background(), ListOptions{})
+		res, err := r.List(context.Background(), ListOptions{})
 		if err == nil && res.Index != "upstream" {
 			err = errors.New("the first read was not answered upstream")
 		}
@@ -235,7 +288,7 @@ func TestUpstreamReadsAreCapped(t *testing.T) {
 	<-entered // the only slot is taken
 	second := make(chan *ListResult, 1)
 	go func() {
-		res, err := c.List(context.Background(), ListOptions{})
+		res, err := r.List(context.Background(), ListOptions{})
 		if err != nil {
 			t.Error(err)
 		}
@@ -260,7 +313,7 @@ func TestUpstreamReadsTakeTurns(t *testing.T) {
 	up := &fakeUpstream{rv: 52, complete: true}
 	var mu sync.Mutex
 	inFlight, most := 0, 0
-	c := upstreamCache(t, func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
+	_, r := upstreamCache(t, func(ctx context.Context, ns, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
 		mu.Lock()
 		inFlight++
 		most = max(most, inFlight)
@@ -275,7 +328,7 @@ func TestUpstreamReadsTakeTurns(t *testing.T) {
 	var wg sync.WaitGroup
 	for range readers {
 		wg.Go(func() {
-			res, err := c.List(context.Background(), ListOptions{})
+			res, err := r.List(context.Background(), ListOptions{})
 			if err != nil || res.Index != "upstream" || res.ResourceVersion != 52 {
 				t.Errorf("got %+v, %v; want it answered upstream at 52", res, err)
 			}
@@ -294,7 +347,7 @@ func TestUpstreamReadsTakeTurns(t *testing.T) {
 // LIST with a limit that upstream cannot answer in one page, and that the
 // cache cannot prove fresh within the freshness timeout, gets upstream's whole
 // answer (more items than its limit, no continue token), as kube-apiserver's
-// cacher reads etcd then; an answer longer than upstreamPageLimit is still a
+// cacher reads etcd then; an answer longer than pageLimit is still a
 // 504.
 func TestPagedConsistentReadAsksUpstreamForAllBeforeTimingOut(t *testing.T) {
 	for _, tc := range []struct {
@@ -304,9 +357,9 @@ func TestPagedConsistentReadAsksUpstreamForAllBeforeTimingOut(t *testing.T) {
 		wantAsked []int64
 		wantItems int // -1: 504
 	}{
-		{name: "fits one upstream page", upstream: 3, limit: 2, wantAsked: []int64{2, upstreamPageLimit}, wantItems: 3},
-		{name: "longer than an upstream page", upstream: upstreamPageLimit + 1, limit: 2, wantAsked: []int64{2, upstreamPageLimit}, wantItems: -1},
-		{name: "limit of a whole page", upstream: upstreamPageLimit + 1, limit: upstreamPageLimit, wantAsked: []int64{upstreamPageLimit}, wantItems: -1},
+		{name: "fits one upstream page", upstream: 3, limit: 2, wantAsked: []int64{2, pageLimit}, wantItems: 3},
+		{name: "longer than an upstream page", upstream: pageLimit + 1, limit: 2, wantAsked: []int64{2, pageLimit}, wantItems: -1},
+		{name: "limit of a whole page", upstream: pageLimit + 1, limit: pageLimit, wantAsked: []int64{pageLimit}, wantItems: -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
@@ -322,9 +375,8 @@ func TestPagedConsistentReadAsksUpstreamForAllBeforeTimingOut(t *testing.T) {
 				}
 				return objs, 52, n == tc.upstream, nil
 			}
-			c := upstreamCache(t, read, 10*time.Millisecond, DefaultMaxUpstreamReads)
-			c.cfg.FreshnessTimeout = 100 * time.Millisecond
-			res, err := c.List(context.Background(), ListOptions{Limit: tc.limit})
+			_, r := upstreamCacheWithTimeout(t, read, 10*time.Millisecond, DefaultMaxUpstreamReads, 100*time.Millisecond)
+			res, err := r.List(context.Background(), ListOptions{Limit: tc.limit})
 			mu.Lock()
 			defer mu.Unlock()
 			if fmt.Sprint(asked) != fmt.Sprint(tc.wantAsked) {
