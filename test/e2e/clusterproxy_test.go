@@ -368,7 +368,9 @@ func TestClusterProxyClientGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = admin.kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+	})
 	for _, e := range proxyEntries() {
 		t.Run(e.name, func(t *testing.T) {
 			cs := clientset(t, withProtobuf(at(adminConfig, e.host)))
