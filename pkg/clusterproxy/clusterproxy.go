@@ -71,7 +71,7 @@ type Config struct {
 	// Upstream forwards everything else (see NewUpstream).
 	Upstream *Upstream
 	// Authorizer decides whether the caller may read the core resource.
-	Authorizer authorizer.Authorizer
+	Authorizer authorizer.UnconditionalAuthorizer
 	// Serializer writes errors.
 	Serializer runtime.NegotiatedSerializer
 }

@@ -258,11 +258,11 @@ func serverOwnWrite(ev auditEvent) bool {
 
 // auditEvent is what the tests read from kube-apiserver's audit log.
 type auditEvent struct {
-	AuditID          string `json:"auditID"`
-	Stage            string `json:"stage"`
-	RequestURI       string `json:"requestURI"`
-	Verb             string `json:"verb"`
-	User             struct{ Username string } `json:"user"`
+	AuditID          string                     `json:"auditID"`
+	Stage            string                     `json:"stage"`
+	RequestURI       string                     `json:"requestURI"`
+	Verb             string                     `json:"verb"`
+	User             struct{ Username string }  `json:"user"`
 	ImpersonatedUser *struct{ Username string } `json:"impersonatedUser"`
 	ObjectRef        *struct {
 		Resource, Namespace, Name, Subresource string
@@ -467,7 +467,9 @@ func TestClusterProxyKubectl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = admin.kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+	})
 	for _, kc := range []string{stack.IndexedKubeconfig(), stack.DirectKubeconfig()} {
 		t.Run(filepath.Base(kc), func(t *testing.T) {
 			ns := createNamespace(t, ctx, admin, "cpkubectl")

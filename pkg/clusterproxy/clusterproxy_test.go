@@ -1,0 +1,202 @@
+package clusterproxy
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/rest"
+)
+
+var codecs = func() serializer.CodecFactory {
+	s := runtime.NewScheme()
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	s.AddUnversionedTypes(schema.GroupVersion{Version: "v1"}, &metav1.Status{})
+	return serializer.NewCodecFactory(s)
+}()
+
+func TestUnder(t *testing.T) {
+	for path, want := range map[string]bool{
+		Prefix:                           true,
+		Prefix + "/":                     true,
+		Prefix + "/api/v1/pods":          true,
+		Prefix + "x/api":                 false,
+		"/apis/indexing.k8s.io/v1alpha1": false,
+		"/api/v1/pods":                   false,
+		"/apis/indexing.k8s.io/v1alpha1/clusters/other/proxy/api": false,
+	} {
+		if got := Under(path); got != want {
+			t.Errorf("Under(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+// TestRouting: which inner requests the cache answers and which pass through.
+func TestRouting(t *testing.T) {
+	for _, c := range []struct {
+		method, path string
+		cached       bool
+		longRunning  bool
+	}{
+		{"GET", "/api/v1/pods", true, false},
+		{"GET", "/api/v1/pods?watch=true", true, true},
+		{"GET", "/api/v1/watch/namespaces/ns/pods", true, true},
+		{"GET", "/api/v1/namespaces/ns/pods?labelSelector=a%3Db", true, false},
+		{"GET", "/api/v1/namespaces/ns/pods/p", true, false},
+		{"GET", "/api/v1/nodes", true, false},
+		{"GET", "/api/v1/nodes/n1", true, false},
+		{"GET", "/api/v1/namespaces/ns/nodes", false, false},
+		{"GET", "/api/v1/namespaces/ns/pods/p/log", false, true},
+		{"POST", "/api/v1/namespaces/ns/pods/p/exec", false, true},
+		{"GET", "/api/v1/namespaces/ns/pods/p/status", false, false},
+		{"POST", "/api/v1/namespaces/ns/pods", false, false},
+		{"DELETE", "/api/v1/namespaces/ns/pods/p", false, false},
+		{"GET", "/api/v1/namespaces/ns/configmaps", false, false},
+		{"GET", "/api/v1/namespaces/ns/configmaps?watch=1", false, true},
+		{"GET", "/apis/apps/v1/deployments", false, false},
+		{"GET", "/apis/indexing.k8s.io/v1alpha1/pods", false, false},
+		{"GET", "/api", false, false},
+		{"GET", "/api/v1", false, false},
+		{"GET", "/version", false, false},
+		{"GET", "/openapi/v3", false, false},
+		{"GET", "", false, false},
+	} {
+		req := httptest.NewRequest(c.method, Prefix+c.path, nil)
+		inner, err := innerRequest(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantPath := strings.SplitN(c.path, "?", 2)[0]
+		if wantPath == "" {
+			wantPath = "/"
+		}
+		if inner.URL.Path != wantPath {
+			t.Errorf("%s %s: inner path %q, want %q", c.method, c.path, inner.URL.Path, wantPath)
+		}
+		info, _ := request.RequestInfoFrom(inner.Context())
+		if got := cacheable(inner.Method, info); got != c.cached {
+			t.Errorf("%s %s: cacheable %v, want %v (info %+v)", c.method, c.path, got, c.cached, info)
+		}
+		lr := LongRunning(func(*http.Request, *request.RequestInfo) bool { return false })
+		if got := lr(req, nil); got != c.longRunning {
+			t.Errorf("%s %s: long-running %v, want %v", c.method, c.path, got, c.longRunning)
+		}
+	}
+}
+
+type fakeAuthorizer struct {
+	allow bool
+	seen  authorizer.Attributes
+}
+
+func (f *fakeAuthorizer) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	f.seen = a
+	if f.allow {
+		return authorizer.DecisionAllow, "", nil
+	}
+	return authorizer.DecisionNoOpinion, "", nil
+}
+
+// TestCachedReadsAuthorizedOnTheCoreResource: the caller's right to the
+// same read of core pods decides, with kube-apiserver's 403 message.
+func TestCachedReadsAuthorizedOnTheCoreResource(t *testing.T) {
+	for _, allow := range []bool{true, false} {
+		authz := &fakeAuthorizer{allow: allow}
+		var servedPath string
+		h := New(Config{
+			Cache: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				info, _ := request.RequestInfoFrom(r.Context())
+				servedPath = r.URL.Path + " " + info.Verb + " " + info.Namespace
+			}),
+			Authorizer: authz,
+			Serializer: codecs,
+		})
+		req := httptest.NewRequest("GET", Prefix+"/api/v1/namespaces/spark/pods?labelSelector=a%3Db", nil)
+		req = req.WithContext(request.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+		rec := httptest.NewRecorder()
+		h.Wrap(http.NotFoundHandler()).ServeHTTP(rec, req)
+
+		a := authz.seen
+		if a.GetVerb() != "list" || a.GetResource() != "pods" || a.GetNamespace() != "spark" || a.GetAPIGroup() != "" || a.GetUser().GetName() != "alice" {
+			t.Errorf("authorized %+v, want alice list pods in spark", a)
+		}
+		if allow && (rec.Code != http.StatusOK || servedPath != "/api/v1/namespaces/spark/pods list spark") {
+			t.Errorf("allowed: %d, cache served %q", rec.Code, servedPath)
+		}
+		if !allow {
+			want := `pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"spark\"`
+			if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), want) || servedPath != "" {
+				t.Errorf("denied: %d %s (cache served %q)", rec.Code, rec.Body, servedPath)
+			}
+		}
+	}
+}
+
+// TestPassthroughImpersonates: a passed-through request reaches upstream
+// with the server's credentials, the caller as impersonated user, and
+// nothing the caller sent to claim another identity.
+func TestPassthroughImpersonates(t *testing.T) {
+	var got *http.Request
+	var gotBody string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r
+		b, _ := io.ReadAll(r.Body)
+		gotBody = string(b)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"kind":"ConfigMap"}`))
+	}))
+	defer upstream.Close()
+	up, err := NewUpstream(&rest.Config{Host: upstream.URL, BearerToken: "server-token"}, nil, codecs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{Upstream: up, Authorizer: &fakeAuthorizer{}, Serializer: codecs})
+
+	req := httptest.NewRequest("POST", Prefix+"/api/v1/namespaces/spark/configmaps?fieldManager=x", strings.NewReader(`{"a":1}`))
+	for k, v := range map[string]string{
+		"Authorization": "Bearer caller-token", "Impersonate-User": "admin", "Impersonate-Group": "system:masters",
+		"Impersonate-Extra-Scopes": "all", "X-Remote-User": "admin", "X-Remote-Group": "system:masters", "X-Remote-Extra-A": "b",
+	} {
+		req.Header.Set(k, v)
+	}
+	req = req.WithContext(request.WithUser(req.Context(), &user.DefaultInfo{
+		Name: "alice", UID: "u-1", Groups: []string{"devs", "system:authenticated"},
+		Extra: map[string][]string{"authentication.kubernetes.io/credential-id": {"X509SHA256=ab"}},
+	}))
+	rec := httptest.NewRecorder()
+	h.Wrap(http.NotFoundHandler()).ServeHTTP(rec, req)
+
+	if rec.Code != http.StatusCreated || got == nil {
+		t.Fatalf("passthrough: %d %s", rec.Code, rec.Body)
+	}
+	if got.URL.Path != "/api/v1/namespaces/spark/configmaps" || got.URL.RawQuery != "fieldManager=x" || gotBody != `{"a":1}` {
+		t.Errorf("upstream got %s %q body %q", got.URL.Path, got.URL.RawQuery, gotBody)
+	}
+	want := http.Header{
+		"Authorization":     {"Bearer server-token"},
+		"Impersonate-User":  {"alice"},
+		"Impersonate-Uid":   {"u-1"},
+		"Impersonate-Group": {"devs", "system:authenticated"},
+		"Impersonate-Extra-Authentication.kubernetes.io%2fcredential-Id": {"X509SHA256=ab"},
+	}
+	for k, v := range want {
+		if strings.Join(got.Header.Values(k), ",") != strings.Join(v, ",") {
+			t.Errorf("upstream header %s = %q, want %q", k, got.Header.Values(k), v)
+		}
+	}
+	for k := range got.Header {
+		if strings.HasPrefix(k, "X-Remote-") || strings.HasPrefix(k, "Impersonate-") && want[k] == nil {
+			t.Errorf("upstream got forged header %s: %q", k, got.Header.Values(k))
+		}
+	}
+}
