@@ -125,13 +125,12 @@ Unmodified clients: kube-apiserver's whole API under %[1]s
   %[4]s get pods -n spark -l spark-app-selector=app-1 -w        # watch from the index
   %[4]s get nodes
   %[4]s create configmap hello -n spark --from-literal=a=b      # passed through, as you
-  %[4]s delete pod app-3-exec-5 -n spark                        # passed through, as you
+  %[4]s delete pod app-3-exec-5 -n spark --grace-period=0 --force   # passed through, as you (no kubelet: delete at once)
   %[4]s auth whoami                                             # names you, not index-apiserver
   %[4]s api-resources | head
-  %[4]s explain pods.spec.nodeName                              # right after make up the aggregator may not have published
-                                                                # the group's OpenAPI yet: repeat it after a few seconds
-  %[4]s --kubeconfig %[5]s get --raw /metrics | grep cluster_proxy_requests_total
-`, localstack.ClusterProxyPrefix, s.IndexedKubeconfig(), s.DirectKubeconfig(), kubectl, s.AdminKubeconfig())
+  %[4]s explain pods.spec.nodeName
+  %[4]s --kubeconfig %[5]s --server %[6]s get --raw /metrics | grep cluster_proxy_requests_total
+`, localstack.ClusterProxyPrefix, s.IndexedKubeconfig(), s.DirectKubeconfig(), kubectl, s.AdminKubeconfig(), s.IndexAPIServerURL(0))
 }
 
 func exists(p string) bool {
