@@ -35,7 +35,7 @@ func grant(t *testing.T, ctx context.Context, admin *clients, user string, proxy
 	if proxy {
 		crb := &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: user + "-cluster-proxy"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "index-apiserver:cluster-proxy-user"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "index-apiserver:cluster-proxy"},
 			Subjects:   subject,
 		}
 		if _, err := admin.kube.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {

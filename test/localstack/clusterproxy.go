@@ -14,48 +14,6 @@ import (
 // API with --enable-cluster-proxy (pkg/clusterproxy.Prefix).
 const ClusterProxyPrefix = "/apis/indexing.k8s.io/v1alpha1/clusters/local/proxy"
 
-// clusterProxyRBAC lets index-apiserver impersonate the callers it passes
-// through (users, groups, service accounts, UIDs and user extras). The
-// cluster admin needs no rule for clusters/proxy: system:masters may do
-// everything. Tests bind the ClusterRole index-apiserver:cluster-proxy-user
-// to the subjects that may use the path.
-const clusterProxyRBAC = `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: index-apiserver:impersonator
-rules:
-  - apiGroups: [""]
-    resources: ["users", "groups", "serviceaccounts"]
-    verbs: ["impersonate"]
-  - apiGroups: ["authentication.k8s.io"]
-    resources: ["*"]  # uids and userextras/<key>
-    verbs: ["impersonate"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: index-apiserver:impersonator
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: index-apiserver:impersonator
-subjects:
-  - kind: ServiceAccount
-    name: index-apiserver
-    namespace: index-apiserver
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: index-apiserver:cluster-proxy-user
-rules:
-  - apiGroups: ["indexing.k8s.io"]
-    resources: ["clusters/proxy"]
-    resourceNames: ["local"]
-    verbs: ["get", "create", "update", "patch", "delete"]
-`
-
 // auditPolicy logs who did what at kube-apiserver (metadata only), so tests
 // can tell which requests reached it and as whom.
 const auditPolicy = `
@@ -90,8 +48,13 @@ func (s *Stack) writeAuditPolicy() error {
 	return os.WriteFile(s.auditPolicyPath(), []byte(auditPolicy), 0o644)
 }
 
+// applyClusterProxyRBAC applies the RBAC the cluster-proxy component ships
+// (artifacts/cluster-proxy): the server's impersonate grant and the
+// ClusterRole index-apiserver:cluster-proxy with the one rule for the path,
+// so the tests run against the grant a cluster gets. The cluster admin
+// needs no binding: system:masters may do everything.
 func (s *Stack) applyClusterProxyRBAC(ctx context.Context) error {
-	return s.ApplyYAML(ctx, []byte(clusterProxyRBAC))
+	return s.ApplyFiles(ctx, filepath.Join(s.RepoRoot, "artifacts", "cluster-proxy", "rbac.yaml"))
 }
 
 // writeClusterProxyKubeconfigs writes kubeconfig-indexed and

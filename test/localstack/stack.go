@@ -90,7 +90,7 @@ type Config struct {
 	DemoData bool
 	// ClusterProxy starts index-apiserver with --enable-cluster-proxy,
 	// grants it impersonation, creates the ClusterRole
-	// index-apiserver:cluster-proxy-user (clusters/proxy) and writes
+	// index-apiserver:cluster-proxy (clusters/proxy) and writes
 	// kubeconfig-indexed and kubeconfig-direct (see clusterproxy.go).
 	ClusterProxy bool
 	// AuditLog has kube-apiserver write a metadata-level audit log to
