@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 BIN := _output/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all build localstack binaries up down test test-unit test-fuzz test-e2e bench verify codegen clean
+.PHONY: all build localstack binaries promtool up down test test-unit test-monitoring test-fuzz test-e2e bench verify codegen clean
 
 all: build
 
@@ -19,6 +19,10 @@ localstack:
 binaries:
 	hack/lib/test-binaries.sh
 
+## promtool: build promtool from the Go module proxy into _output/bin (once, cached; hack/lib/promtool.sh)
+promtool:
+	hack/lib/promtool.sh
+
 ## up: run the product locally (etcd + kube-apiserver + index-apiserver, example policies, demo data)
 ##     env: LOCAL_DIR ETCD_PORT KUBE_APISERVER_PORT INDEX_APISERVER_PORT INDEX_APISERVER_FLAGS DEMO=0
 up: binaries build localstack
@@ -31,11 +35,18 @@ down: localstack
 ## test: unit tests, then e2e tests against a real local control plane
 test: binaries build
 	$(MAKE) test-unit
+	$(MAKE) test-monitoring
 	$(MAKE) test-fuzz
 	$(MAKE) test-e2e
 
 test-unit:
 	go test $(GO_TEST_FLAGS) ./pkg/... ./cmd/... ./test/artifacts/... ./test/bench/...
+
+## test-monitoring: promtool check rules / test rules on artifacts/monitoring, the dashboard's
+##                  queries parsed, the kustomize component rendered (test/monitoring). The e2e
+##                  TestMonitoringMetricsExist checks a running server exports every metric they use.
+test-monitoring: promtool
+	PROMTOOL=$(abspath $(BIN)/promtool) go test $(GO_TEST_FLAGS) -count=1 ./test/monitoring/...
 
 ## test-fuzz: each fuzz target beyond its committed seed corpus for FUZZTIME (10s; go test -fuzz
 ##            takes one target at a time). New crashers land in the package's testdata/fuzz/.

@@ -18,6 +18,7 @@ type cacheMetrics struct {
 	resource                         string
 	mu                               sync.Mutex
 	indexSeries, watcherSeries       map[string]bool
+	bytesSeries                      map[string]bool
 }
 
 func newCacheMetrics(resource string) *cacheMetrics {
@@ -35,6 +36,7 @@ func newCacheMetrics(resource string) *cacheMetrics {
 		relists:       metrics.Relists.WithLabelValues(resource),
 		indexSeries:   map[string]bool{},
 		watcherSeries: map[string]bool{},
+		bytesSeries:   map[string]bool{},
 	}
 }
 
@@ -45,13 +47,15 @@ func (m *cacheMetrics) list(index string) {
 // setIndexValues publishes each index's cardinality and drops the series of
 // removed indexes.
 func (m *cacheMetrics) setIndexValues(stats []IndexStat) {
-	now := map[string]float64{}
+	now, bytes := map[string]float64{}, map[string]float64{}
 	for _, st := range stats {
 		now[st.Name] = float64(st.Values)
+		bytes[st.Name] = float64(st.EstimatedBytes)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.indexSeries = setSeries(metrics.IndexValues, m.resource, m.indexSeries, now)
+	m.bytesSeries = setSeries(metrics.IndexEstimatedBytes, m.resource, m.bytesSeries, bytes)
 }
 
 // setWatchers publishes watchers per routing index and sharded watchers.

@@ -110,6 +110,51 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 
+	// IndexEstimatedBytes is each policy index's estimated memory (the
+	// IndexPolicy status' estimatedBytes).
+	IndexEstimatedBytes = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "index_estimated_bytes",
+		Help:           "Estimated memory of each label and field index (map slots and keys; objects are shared with the cache and not counted).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "index"})
+	// PolicyIndexes is how many label and field indexes the accepted
+	// IndexPolicies ask for, per resource: what --max-indexes-per-resource caps.
+	PolicyIndexes = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "policy_indexes",
+		Help:           "Label keys plus field paths the accepted IndexPolicies index, per resource (capped by --max-indexes-per-resource).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	// MaxIndexesPerResource is the --max-indexes-per-resource flag.
+	MaxIndexesPerResource = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "policy_max_indexes_per_resource",
+		Help:           "The --max-indexes-per-resource flag: how many label and field indexes the IndexPolicies may ask for per resource.",
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	// Index advice (pkg/indexcache/advice.go): for the few label keys and
+	// fields whose missing index costs most (top 10 per resource, so client
+	// chosen keys cannot grow the series), what an index would save.
+	AdviceScannedObjects = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "index_advice_scanned_objects_per_second",
+		Help:           "Objects per second that LISTs with an exact-match requirement on this unindexed label key or field scanned and did not return (what an index on it would save); top 10 per resource by cost.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "index"})
+	AdviceFilteredOffers = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "index_advice_filtered_offers_per_second",
+		Help:           "Events per second offered to unindexed or namespace-routed watchers with an exact-match requirement on this unindexed label key or field (estimated: the events of what they are routed by); an index would route them away. Top 10 per resource by cost.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "index"})
+	AdviceWatchers = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "index_advice_watchers",
+		Help:           "Open unindexed or namespace-routed watchers with an exact-match requirement on this unindexed label key or field; top 10 per resource by cost.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "index"})
+	AdviceLists = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "index_advice_lists_per_second",
+		Help:           "LISTs (and initial watch states) per second that scanned because this label key or field has no index; top 10 per resource by cost.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "index"})
+
 	// ClusterProxyRequests counts requests under the cluster proxy path
 	// (/apis/indexing.k8s.io/v1alpha1/clusters/local/proxy) by how they were
 	// answered: from the index caches, passed through to kube-apiserver as
@@ -144,6 +189,8 @@ func Register() {
 			ListRequests, CacheObjects, IndexValues, CacheResourceVersion, ResourceVersionLag, SlowWatchersClosed,
 			UpstreamConnected, Relists, UpstreamReads, ProgressProbes,
 			ClusterProxyRequests, ClusterProxyDuration, ClusterProxyBytes,
+			IndexEstimatedBytes, PolicyIndexes, MaxIndexesPerResource,
+			AdviceScannedObjects, AdviceFilteredOffers, AdviceWatchers, AdviceLists,
 		} {
 			legacyregistry.MustRegister(m)
 		}

@@ -33,6 +33,7 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/generated/informers/externalversions"
 	configlisters "github.com/index-apiserver/index-apiserver/pkg/generated/listers/config/v1alpha1"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
 // IndexSetter is what the controller needs of an index cache
@@ -106,6 +107,8 @@ func New(cfg Config) (*Controller, error) {
 	if opts.LeaderElect && cfg.KubeClient == nil {
 		return nil, errors.New("policy: KubeClient is required for leader election")
 	}
+	metrics.Register()
+	metrics.MaxIndexesPerResource.Set(float64(opts.MaxIndexesPerResource))
 	id := cfg.Identity
 	if id == "" {
 		host, err := os.Hostname()
@@ -266,6 +269,7 @@ func (c *Controller) sync(ctx context.Context) error {
 			continue
 		}
 		want := effective[res]
+		metrics.PolicyIndexes.WithLabelValues(res + ".indexing.k8s.io").Set(float64(len(want.Labels) + len(want.Fields)))
 		if prev, ok := c.applied[res]; !ok || !prev.Equal(want) || c.applyErr[res] != nil {
 			if err := setter.SetIndexes(want.Labels, want.Fields); err != nil {
 				c.applyErr[res] = err
