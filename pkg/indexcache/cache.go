@@ -61,6 +61,7 @@ type Cache struct {
 	fieldNames []string       // selectable fields, sorted; entry.fields is by this order
 	fieldIDs   map[string]int // field path -> ordinal
 	m          *cacheMetrics
+	advice     *adviceTracker // advice.go
 
 	ingestMu sync.Mutex
 	setMu    sync.Mutex        // one index change at a time
@@ -160,6 +161,7 @@ func New(cfg Config) (*Cache, error) {
 		c.indexes.fields[c.fieldIDs[f]] = &fieldIndex{path: f, values: valueIndex{}}
 	}
 	c.m = newCacheMetrics(c.resource)
+	c.advice = newAdviceTracker(cfg.Clock, c.resource)
 	c.dispatch.budget = newTimeBudget(cfg.Clock, cfg.SlowWatcherBudget)
 	go c.runDispatch()
 	return c, nil
@@ -199,6 +201,7 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 		case <-housekeeping.C():
 			c.expireHistory()
 			c.m.setIndexValues(c.IndexStats()) // cardinality drifts with ingest
+			c.sampleAdvice()
 		}
 	}
 }

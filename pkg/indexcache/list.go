@@ -187,7 +187,9 @@ func (c *Cache) page(v view, pred *predicate, startKey string, limit int64) *Lis
 			}
 		}
 	} else {
-		res.Index = c.scan(v.tree, pred, startKey, collect)
+		scanned := 0
+		res.Index = c.scan(v.tree, pred, startKey, func(e *entry) bool { scanned++; return collect(e) })
+		c.advice.scanned(pred, scanned, len(matched))
 	}
 	c.m.list(res.Index)
 	res.Items = make([]runtime.Object, len(matched))

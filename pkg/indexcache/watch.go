@@ -126,6 +126,9 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64)
 				initial = append(initial, watch.Event{Type: watch.Added, Object: newCachingObject(e.obj)})
 			}
 		}
+		if !v.indexed {
+			c.advice.scanned(pred, len(entries), len(initial))
+		}
 	}
 	for _, ev := range replay {
 		if out, ok := w.convert(ev); ok {
