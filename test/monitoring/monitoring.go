@@ -114,7 +114,7 @@ func DashboardQueries(root string) ([]string, error) {
 }
 
 type panel struct {
-	Title   string  `json:"title"`
+	Title   string `json:"title"`
 	Targets []struct {
 		Expr string `json:"expr"`
 	} `json:"targets"`

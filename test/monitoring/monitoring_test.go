@@ -266,11 +266,11 @@ func TestComponent(t *testing.T) {
 func TestMetricNames(t *testing.T) {
 	for expr, want := range map[string]string{
 		`sum by (namespace, pod, resource) (rate(index_apiserver_list_requests_total{index=~"all|namespace"}[5m]))`: "index_apiserver_list_requests_total",
-		`histogram_quantile(0.99, sum by (le) (rate(a_bucket{pod=~"$pod"}[$__rate_interval])))`:                    "a_bucket",
-		`max(a) / on (namespace, pod) group_left () max by (namespace, pod) (b > 0)`:                               "a b",
-		`x:y:z > 1e3 and on() vector(1) offset 5m`:                                                                 "x:y:z",
-		`label_replace(up{job="x"}, "a", "$1", "b", "(.*)")`:                                                       "up",
-		`sum without (code) (rate(c_total[1h:5m]))`:                                                                "c_total",
+		`histogram_quantile(0.99, sum by (le) (rate(a_bucket{pod=~"$pod"}[$__rate_interval])))`:                     "a_bucket",
+		`max(a) / on (namespace, pod) group_left () max by (namespace, pod) (b > 0)`:                                "a b",
+		`x:y:z > 1e3 and on() vector(1) offset 5m`:                                                                  "x:y:z",
+		`label_replace(up{job="x"}, "a", "$1", "b", "(.*)")`:                                                        "up",
+		`sum without (code) (rate(c_total[1h:5m]))`:                                                                 "c_total",
 	} {
 		if got := strings.Join(MetricNames(expr), " "); got != want {
 			t.Errorf("MetricNames(%s) = %q, want %q", expr, got, want)

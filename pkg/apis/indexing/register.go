@@ -25,6 +25,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&Pod{}, &PodList{},
 		&Node{}, &NodeList{},
+		&IndexAdvice{}, &IndexAdviceList{},
 	)
 	return nil
 }

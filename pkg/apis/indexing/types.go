@@ -2,6 +2,7 @@ package indexing
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -49,4 +50,56 @@ type NodeList struct {
 	metav1.ListMeta
 
 	Items []Node
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// IndexAdvice is a label key or field that clients select by exactly
+// without an index, with what an index would save and the IndexPolicy that
+// adds it. Computed from the caches; read-only.
+type IndexAdvice struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	Resource                string
+	Label                   string
+	Field                   string
+	Index                   string
+	ListsPerSecond          resource.Quantity
+	ScannedObjectsPerSecond resource.Quantity
+	FilteredEventsPerSecond resource.Quantity
+	Watchers                int32
+	FirstSeen               metav1.Time
+	LastSeen                metav1.Time
+	Policy                  SuggestedIndexPolicy
+}
+
+// SuggestedIndexPolicy is an IndexPolicy manifest (config.indexing.k8s.io/v1alpha1).
+type SuggestedIndexPolicy struct {
+	APIVersion string
+	Kind       string
+	Metadata   SuggestedIndexPolicyMeta
+	Spec       SuggestedIndexPolicySpec
+}
+
+// SuggestedIndexPolicyMeta is the suggested policy's metadata.
+type SuggestedIndexPolicyMeta struct {
+	Name string
+}
+
+// SuggestedIndexPolicySpec is the suggested policy's spec.
+type SuggestedIndexPolicySpec struct {
+	Resource string
+	Labels   []string
+	Fields   []string
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// IndexAdviceList is a list of IndexAdvice.
+type IndexAdviceList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+
+	Items []IndexAdvice
 }

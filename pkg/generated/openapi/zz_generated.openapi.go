@@ -35,10 +35,15 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
+		v1alpha1.IndexAdvice{}.OpenAPIModelName():                  schema_pkg_apis_indexing_v1alpha1_IndexAdvice(ref),
+		v1alpha1.IndexAdviceList{}.OpenAPIModelName():              schema_pkg_apis_indexing_v1alpha1_IndexAdviceList(ref),
 		v1alpha1.Node{}.OpenAPIModelName():                         schema_pkg_apis_indexing_v1alpha1_Node(ref),
 		v1alpha1.NodeList{}.OpenAPIModelName():                     schema_pkg_apis_indexing_v1alpha1_NodeList(ref),
 		v1alpha1.Pod{}.OpenAPIModelName():                          schema_pkg_apis_indexing_v1alpha1_Pod(ref),
 		v1alpha1.PodList{}.OpenAPIModelName():                      schema_pkg_apis_indexing_v1alpha1_PodList(ref),
+		v1alpha1.SuggestedIndexPolicy{}.OpenAPIModelName():         schema_pkg_apis_indexing_v1alpha1_SuggestedIndexPolicy(ref),
+		v1alpha1.SuggestedIndexPolicyMeta{}.OpenAPIModelName():     schema_pkg_apis_indexing_v1alpha1_SuggestedIndexPolicyMeta(ref),
+		v1alpha1.SuggestedIndexPolicySpec{}.OpenAPIModelName():     schema_pkg_apis_indexing_v1alpha1_SuggestedIndexPolicySpec(ref),
 		v1.AWSElasticBlockStoreVolumeSource{}.OpenAPIModelName():   schema_k8sio_api_core_v1_AWSElasticBlockStoreVolumeSource(ref),
 		v1.Affinity{}.OpenAPIModelName():                           schema_k8sio_api_core_v1_Affinity(ref),
 		v1.AppArmorProfile{}.OpenAPIModelName():                    schema_k8sio_api_core_v1_AppArmorProfile(ref),
@@ -344,6 +349,166 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	}
 }
 
+func schema_pkg_apis_indexing_v1alpha1_IndexAdvice(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "IndexAdvice is a label key or field that clients select pods or nodes by exactly (`=`, `==`, a small `in`) without an index: LISTs that scan the cache or a namespace, and watchers offered events they filter away. It says what an index would save and carries the IndexPolicy that adds it. Computed by each replica from its own caches (the costliest 10 per resource, rates weighted to the last minutes); read-only. Once the index exists the advice disappears.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object's metadata. The name is <resource>.<label|field>.<key>.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"resource": {
+						SchemaProps: spec.SchemaProps{
+							Description: "resource is the resource clients select: pods or nodes.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"label": {
+						SchemaProps: spec.SchemaProps{
+							Description: "label is the label key to index (for a label index).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"field": {
+						SchemaProps: spec.SchemaProps{
+							Description: "field is the field path to index (for a field index).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"index": {
+						SchemaProps: spec.SchemaProps{
+							Description: "index is the index's name in metrics and IndexPolicy status: label:<key> or field:<path>.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"listsPerSecond": {
+						SchemaProps: spec.SchemaProps{
+							Description: "listsPerSecond is how many LISTs (and watch initial states) a second scanned because the key has no index.",
+							Ref:         ref(resource.Quantity{}.OpenAPIModelName()),
+						},
+					},
+					"scannedObjectsPerSecond": {
+						SchemaProps: spec.SchemaProps{
+							Description: "scannedObjectsPerSecond is the objects a second those LISTs scanned and did not return: what an index would spare them.",
+							Ref:         ref(resource.Quantity{}.OpenAPIModelName()),
+						},
+					},
+					"filteredEventsPerSecond": {
+						SchemaProps: spec.SchemaProps{
+							Description: "filteredEventsPerSecond estimates the events a second offered to unindexed or namespace-routed watchers with an exact requirement on the key, which an index would route away.",
+							Ref:         ref(resource.Quantity{}.OpenAPIModelName()),
+						},
+					},
+					"watchers": {
+						SchemaProps: spec.SchemaProps{
+							Description: "watchers is the open watchers with an exact requirement on the key that are unindexed or routed by namespace.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"firstSeen": {
+						SchemaProps: spec.SchemaProps{
+							Description: "firstSeen is when a request first selected by the key without an index (as far as this replica remembers).",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"lastSeen": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastSeen is when one last did.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"policy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "policy is the IndexPolicy that adds the index, ready for kubectl apply: kubectl get indexadvice <name> -o jsonpath='{.policy}' | kubectl apply -f -",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.SuggestedIndexPolicy{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"resource", "index", "listsPerSecond", "scannedObjectsPerSecond", "filteredEventsPerSecond", "watchers", "firstSeen", "lastSeen", "policy"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SuggestedIndexPolicy{}.OpenAPIModelName(), resource.Quantity{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_indexing_v1alpha1_IndexAdviceList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "IndexAdviceList is a list of IndexAdvice, costliest first.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.IndexAdvice{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.IndexAdvice{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_indexing_v1alpha1_Node(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -537,6 +702,134 @@ func schema_pkg_apis_indexing_v1alpha1_PodList(ref common.ReferenceCallback) com
 		},
 		Dependencies: []string{
 			v1alpha1.Pod{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_indexing_v1alpha1_SuggestedIndexPolicy(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SuggestedIndexPolicy is an IndexPolicy manifest (config.indexing.k8s.io/v1alpha1).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "apiVersion is config.indexing.k8s.io/v1alpha1.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "kind is IndexPolicy.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "metadata names the policy.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.SuggestedIndexPolicyMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "spec asks for the one index.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.SuggestedIndexPolicySpec{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"apiVersion", "kind", "metadata", "spec"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SuggestedIndexPolicyMeta{}.OpenAPIModelName(), v1alpha1.SuggestedIndexPolicySpec{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_indexing_v1alpha1_SuggestedIndexPolicyMeta(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SuggestedIndexPolicyMeta is the suggested policy's metadata.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name of the policy: the advice's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_indexing_v1alpha1_SuggestedIndexPolicySpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SuggestedIndexPolicySpec is the suggested policy's spec (IndexPolicySpec).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"resource": {
+						SchemaProps: spec.SchemaProps{
+							Description: "resource is pods or nodes.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"labels": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "labels to index.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"fields": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "fields to index.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"resource"},
+			},
+		},
 	}
 }
 

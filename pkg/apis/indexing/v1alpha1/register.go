@@ -31,6 +31,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&Pod{}, &PodList{},
 		&Node{}, &NodeList{},
+		&IndexAdvice{}, &IndexAdviceList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

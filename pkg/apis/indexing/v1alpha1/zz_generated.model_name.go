@@ -22,6 +22,16 @@ limitations under the License.
 package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in IndexAdvice) OpenAPIModelName() string {
+	return "io.k8s.indexing.v1alpha1.IndexAdvice"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in IndexAdviceList) OpenAPIModelName() string {
+	return "io.k8s.indexing.v1alpha1.IndexAdviceList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Node) OpenAPIModelName() string {
 	return "io.k8s.indexing.v1alpha1.Node"
 }
@@ -39,4 +49,19 @@ func (in Pod) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in PodList) OpenAPIModelName() string {
 	return "io.k8s.indexing.v1alpha1.PodList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SuggestedIndexPolicy) OpenAPIModelName() string {
+	return "io.k8s.indexing.v1alpha1.SuggestedIndexPolicy"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SuggestedIndexPolicyMeta) OpenAPIModelName() string {
+	return "io.k8s.indexing.v1alpha1.SuggestedIndexPolicyMeta"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SuggestedIndexPolicySpec) OpenAPIModelName() string {
+	return "io.k8s.indexing.v1alpha1.SuggestedIndexPolicySpec"
 }

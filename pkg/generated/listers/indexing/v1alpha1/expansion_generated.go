@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1alpha1
 
+// IndexAdviceListerExpansion allows custom methods to be added to
+// IndexAdviceLister.
+type IndexAdviceListerExpansion interface{}
+
 // NodeListerExpansion allows custom methods to be added to
 // NodeLister.
 type NodeListerExpansion interface{}

@@ -18,6 +18,8 @@ limitations under the License.
 
 package v1alpha1
 
+type IndexAdviceExpansion interface{}
+
 type NodeExpansion interface{}
 
 type PodExpansion interface{}

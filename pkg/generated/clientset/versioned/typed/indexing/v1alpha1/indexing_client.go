@@ -28,6 +28,7 @@ import (
 
 type IndexingV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	IndexAdvicesGetter
 	NodesGetter
 	PodsGetter
 }
@@ -35,6 +36,10 @@ type IndexingV1alpha1Interface interface {
 // IndexingV1alpha1Client is used to interact with features provided by the indexing.k8s.io group.
 type IndexingV1alpha1Client struct {
 	restClient rest.Interface
+}
+
+func (c *IndexingV1alpha1Client) IndexAdvices() IndexAdviceInterface {
+	return newIndexAdvices(c)
 }
 
 func (c *IndexingV1alpha1Client) Nodes() NodeInterface {

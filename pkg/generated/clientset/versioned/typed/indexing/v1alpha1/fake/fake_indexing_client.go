@@ -28,6 +28,10 @@ type FakeIndexingV1alpha1 struct {
 	*testing.Fake
 }
 
+func (c *FakeIndexingV1alpha1) IndexAdvices() v1alpha1.IndexAdviceInterface {
+	return newFakeIndexAdvices(c)
+}
+
 func (c *FakeIndexingV1alpha1) Nodes() v1alpha1.NodeInterface {
 	return newFakeNodes(c)
 }
