@@ -23,6 +23,7 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/advice"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/node"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/pod"
 	"github.com/index-apiserver/index-apiserver/pkg/upstream"
@@ -132,6 +133,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"pods":  pod.NewREST(mirrors["pods"].reader),
 		"nodes": node.NewREST(mirrors["nodes"].reader),
+		"indexadvice": advice.NewREST(map[string]advice.Source{
+			"pods": mirrors["pods"].cache, "nodes": mirrors["nodes"].cache,
+		}),
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, err

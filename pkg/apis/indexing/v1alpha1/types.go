@@ -73,6 +73,7 @@ type NodeList struct {
 // +genclient
 // +genclient:nonNamespaced
 // +genclient:onlyVerbs=get,list
+// +resourceName=indexadvice
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // IndexAdvice is a label key or field that clients select pods or nodes by

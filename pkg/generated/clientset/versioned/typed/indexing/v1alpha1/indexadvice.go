@@ -49,7 +49,7 @@ type indexAdvices struct {
 func newIndexAdvices(c *IndexingV1alpha1Client) *indexAdvices {
 	return &indexAdvices{
 		gentype.NewClientWithList[*indexingv1alpha1.IndexAdvice, *indexingv1alpha1.IndexAdviceList](
-			"indexadvices",
+			"indexadvice",
 			c.RESTClient(),
 			scheme.ParameterCodec,
 			"",

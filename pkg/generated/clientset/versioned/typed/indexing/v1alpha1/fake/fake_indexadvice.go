@@ -35,7 +35,7 @@ func newFakeIndexAdvices(fake *FakeIndexingV1alpha1) indexingv1alpha1.IndexAdvic
 		gentype.NewFakeClientWithList[*v1alpha1.IndexAdvice, *v1alpha1.IndexAdviceList](
 			fake.Fake,
 			"",
-			v1alpha1.SchemeGroupVersion.WithResource("indexadvices"),
+			v1alpha1.SchemeGroupVersion.WithResource("indexadvice"),
 			v1alpha1.SchemeGroupVersion.WithKind("IndexAdvice"),
 			func() *v1alpha1.IndexAdvice { return &v1alpha1.IndexAdvice{} },
 			func() *v1alpha1.IndexAdviceList { return &v1alpha1.IndexAdviceList{} },
