@@ -119,6 +119,18 @@ func TestIndexAdviceBecomesAnIndex(t *testing.T) {
 	if got, err := direct.index.IndexingV1alpha1().IndexAdvices().Get(ctx, adv.Name, metav1.GetOptions{}); err != nil || got.Label != key {
 		t.Fatalf("GET indexadvice/%s: %+v %v", adv.Name, got, err)
 	}
+	// A client that prefers protobuf (client-go's Accept for protobuf
+	// clients) gets JSON or 406, never a 500.
+	for _, accept := range []string{"application/vnd.kubernetes.protobuf, application/json", "application/vnd.kubernetes.protobuf"} {
+		res := direct.kube.Discovery().RESTClient().Get().AbsPath("/apis/indexing.k8s.io/v1alpha1/indexadvice").
+			SetHeader("Accept", accept).Do(ctx)
+		var code int
+		res.StatusCode(&code)
+		if code >= 500 {
+			body, _ := res.Raw()
+			t.Errorf("GET indexadvice, Accept %q: %d %s", accept, code, body)
+		}
+	}
 	m := scrape(t)
 	if v := podValue(m, "index_advice_scanned_objects_per_second", "label:"+key); v <= 0 {
 		t.Errorf("index_advice_scanned_objects_per_second{index=label:%s} = %v", key, v)
