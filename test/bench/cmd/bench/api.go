@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Raw HTTP clients of the servers: LIST decoding and URL helpers.
+
+type listMeta struct {
+	Name            string            `json:"name"`
+	Namespace       string            `json:"namespace"`
+	UID             string            `json:"uid"`
+	ResourceVersion string            `json:"resourceVersion"`
+	Labels          map[string]string `json:"labels"`
+	Annotations     map[string]string `json:"annotations"`
+}
+
+type listItem struct {
+	Metadata listMeta `json:"metadata"`
+}
+
+type listResp struct {
+	Metadata struct {
+		ResourceVersion    string `json:"resourceVersion"`
+		RemainingItemCount *int64 `json:"remainingItemCount"`
+	} `json:"metadata"`
+	Items     []listItem `json:"items"`
+	Remaining int64      `json:"-"`
+}
+
+func doList(ctx context.Context, c *http.Client, url string) (*listResp, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(b))
+	}
+	var l listResp
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		return nil, err
+	}
+	if l.Metadata.RemainingItemCount != nil {
+		l.Remaining = *l.Metadata.RemainingItemCount
+	}
+	return &l, nil
+}
+
+func urlQueryEscape(s string) string {
+	var b strings.Builder
+	for _, c := range []byte(s) {
+		if (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}

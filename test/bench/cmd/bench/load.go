@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ---- naming ----
+
+func appName(a int) string         { return "app-" + strconv.Itoa(a) }
+func nsOf(o options, a int) string { return "bench-" + strconv.Itoa(a%o.namespaces) }
+func podName(a, i int) string      { return appName(a) + "-exec-" + strconv.Itoa(i) }
+
+// ---- load ----
+
+func load(ctx context.Context, s *stackInfo, o options, res *Results) error {
+	for n := 0; n < o.namespaces; n++ {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-" + strconv.Itoa(n)}}
+		if _, err := s.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	total := o.apps * o.podsPerApp
+	logf("creating %d pods (%d apps × %d in %d namespaces)", total, o.apps, o.podsPerApp, o.namespaces)
+	start := time.Now()
+	jobs := make(chan [2]int)
+	var firstErr error
+	var errOnce sync.Once
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < o.loadWorkers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				a, i := j[0], j[1]
+				p := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: podName(a, i), Namespace: nsOf(o, a),
+						Labels: map[string]string{appLabel: appName(a), "spark-role": "executor"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "executor", Image: "registry.example/spark:4.0"}},
+						RestartPolicy: corev1.RestartPolicyNever},
+				}
+				var err error
+				for try := 0; try < 5; try++ {
+					if _, err = s.client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err == nil {
+						break
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+				}
+				if n := done.Add(1); n%5000 == 0 {
+					logf("  %d pods", n)
+				}
+			}
+		}()
+	}
+feed:
+	for a := 0; a < o.apps; a++ {
+		for i := 0; i < o.podsPerApp; i++ {
+			select {
+			case jobs <- [2]int{a, i}:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	d := time.Since(start).Seconds()
+	res.Load = Load{Namespaces: o.namespaces, Apps: o.apps, PodsPerApp: o.podsPerApp, Pods: total, Seconds: d, PodsPerSec: float64(total) / d}
+	logf("created %d pods in %.1fs (%.0f/s)", total, d, float64(total)/d)
+	return nil
+}
+
+// waitIndexed waits until a consistent LIST of index-apiserver sees all pods.
+func waitIndexed(ctx context.Context, s *stackInfo, o options) error {
+	want := o.apps * o.podsPerApp
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		l, err := doList(ctx, s.indexHTTP, s.indexURL+indexGroup+"/pods?limit=1")
+		if err == nil && l.Remaining+int64(len(l.Items)) >= int64(want) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("index-apiserver did not list %d pods within 2m (last error %v)", want, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Shared measuring code: process CPU and RSS from /proc, the machine,
+// latency percentiles.
+
+// cpuSeconds is utime+stime of pid (clock ticks of 1/100 s, Linux's USER_HZ).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	// after ")": state(0) ppid(1) ... utime is field 14 overall → index 11 here.
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100
+}
+
+func rssMiB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			f := strings.Fields(l)
+			if len(f) >= 2 {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				return kb / 1024
+			}
+		}
+	}
+	return 0
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				if i := strings.IndexByte(l, ':'); i > 0 {
+					m.CPUModel = strings.TrimSpace(l[i+1:])
+				}
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+		if len(f) >= 2 {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			m.MemGiB = float64(int(kb/1024/1024*10+0.5)) / 10
+		}
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
+	return m
+}
+
+func pct(d []time.Duration, p int) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	c := append([]time.Duration(nil), d...)
+	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
+	i := (len(c)*p + 99) / 100
+	if i < 1 {
+		i = 1
+	}
+	if i > len(c) {
+		i = len(c)
+	}
+	return float64(c[i-1].Microseconds()) / 1000
+}

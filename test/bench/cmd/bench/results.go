@@ -1,0 +1,97 @@
+package main
+
+import "time"
+
+// The JSON results of a run (written by report.go).
+
+type Results struct {
+	Started    time.Time     `json:"started"`
+	Smoke      bool          `json:"smoke"`
+	Machine    Machine       `json:"machine"`
+	Load       Load          `json:"load"`
+	Lists      []ListResult  `json:"lists"`
+	Baselines  []CPUPhase    `json:"watchBaselines,omitempty"`
+	Watches    []WatchResult `json:"watches"`
+	Summary    []WatchCase   `json:"watchSummary,omitempty"`
+	RSS        []RSSResult   `json:"rss"`
+	Failures   []string      `json:"failures,omitempty"`
+	DurationS  float64       `json:"durationSeconds"`
+	Parameters options       `json:"-"`
+}
+
+type Machine struct {
+	CPUs          int     `json:"cpus"`
+	CPUModel      string  `json:"cpuModel"`
+	MemGiB        float64 `json:"memGiB"`
+	GoVersion     string  `json:"goVersion"`
+	KubeAPIServer string  `json:"kubeAPIServer"`
+	LoadAvg       string  `json:"loadAvgAtStart"`
+}
+
+type Load struct {
+	Namespaces int     `json:"namespaces"`
+	Apps       int     `json:"apps"`
+	PodsPerApp int     `json:"podsPerApp"`
+	Pods       int     `json:"pods"`
+	Seconds    float64 `json:"seconds"`
+	PodsPerSec float64 `json:"podsPerSecond"`
+}
+
+type ListResult struct {
+	Target string `json:"target"` // kube-apiserver | index-apiserver | index-apiserver (aggregator) | cluster proxy (aggregator) | cluster proxy (direct)
+	Scope  string `json:"scope"`  // cluster | namespaced
+	RV     string `json:"resourceVersion"`
+	// Clients send the requests concurrently, each back to back.
+	Clients    int     `json:"clients"`
+	Requests   int     `json:"requests"`
+	P50ms      float64 `json:"p50ms"`
+	P99ms      float64 `json:"p99ms"`
+	PerSecond  float64 `json:"requestsPerSecond"`
+	Errors     int     `json:"errors"`
+	FirstError string  `json:"firstError,omitempty"`
+	// CPUSeconds is the serving process's CPU during the case (both for the
+	// aggregator path: kube-apiserver proxies).
+	KubeCPUms  float64 `json:"kubeAPIServerCPUmsPerRequest"`
+	IndexCPUms float64 `json:"indexAPIServerCPUmsPerRequest"`
+}
+
+type CPUPhase struct {
+	Round         int     `json:"round"`
+	Events        int     `json:"events"`
+	Seconds       float64 `json:"seconds"`
+	KubeCPUPer1k  float64 `json:"kubeAPIServerCPUsPer1kEvents"`
+	IndexCPUPer1k float64 `json:"indexAPIServerCPUsPer1kEvents"`
+}
+
+type WatchResult struct {
+	Round      int     `json:"round"`
+	Kind       string  `json:"kind"` // label | shard
+	Target     string  `json:"target"`
+	Watchers   int     `json:"watchers"`
+	Patches    int     `json:"patches"`
+	PatchErr   int     `json:"patchErrors"`
+	Expected   int     `json:"expectedEvents"`
+	Received   int     `json:"receivedEvents"`
+	Missing    int     `json:"missing"`
+	Duplicated int     `json:"duplicated"`
+	Unexpected int     `json:"unexpected"`
+	P50ms      float64 `json:"p50ms"`
+	P99ms      float64 `json:"p99ms"`
+	MaxMs      float64 `json:"maxMs"`
+	// CPU of the watched server (both, through the aggregator) per 1k
+	// patches, and the same minus the zero-watcher baseline.
+	ServerCPUPer1k      float64 `json:"serverCPUsPer1kEvents"`
+	ServerCPUPer1kAbove float64 `json:"serverCPUsPer1kEventsAboveBaseline"`
+	// Each process on its own, above its baseline, whichever was watched.
+	KubeCPUPer1kAbove  float64 `json:"kubeAPIServerCPUsPer1kEventsAboveBaseline"`
+	IndexCPUPer1kAbove float64 `json:"indexAPIServerCPUsPer1kEventsAboveBaseline"`
+	WatchErrors        int     `json:"watchErrors"`
+}
+
+type RSSResult struct {
+	Target      string  `json:"target"`
+	EmptyMiB    float64 `json:"emptyMiB"`
+	LoadedMiB   float64 `json:"loadedMiB"`
+	Per10kMiB   float64 `json:"loadedMiBPer10kPods"`
+	DeltaPer10k float64 `json:"deltaMiBPer10kPods"`
+}

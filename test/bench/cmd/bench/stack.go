@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ---- stack ----
+
+type stackInfo struct {
+	dir                 string
+	kubePort, indexPort int
+	kubeCfg, indexCfg   *rest.Config
+	client              kubernetes.Interface
+	kubeHTTP, indexHTTP *http.Client
+	kubePID, indexPID   int
+	kubeURL, indexURL   string
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func repoRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := os.Stat(filepath.Join(d, "hack", "local-up.sh")); err == nil {
+			return d, nil
+		}
+		p := filepath.Dir(d)
+		if p == d {
+			break
+		}
+		d = p
+	}
+	return "", errors.New("run from inside the repository (hack/local-up.sh not found)")
+}
+
+func startStack(ctx context.Context, root string, o options) (*stackInfo, func(), error) {
+	base := filepath.Join(root, "_output", "bench")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return nil, nil, err
+	}
+	dir, err := os.MkdirTemp(base, "stack-")
+	if err != nil {
+		return nil, nil, err
+	}
+	ports := make([]int, 4)
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return nil, nil, err
+		}
+	}
+	clusterProxy := "0"
+	if o.clusterProxy {
+		clusterProxy = "1"
+	}
+	env := append(os.Environ(),
+		"LOCAL_DIR="+dir, "DEMO=0", "QUIET=1",
+		"ETCD_PORT="+strconv.Itoa(ports[0]), "ETCD_PEER_PORT="+strconv.Itoa(ports[1]),
+		"KUBE_APISERVER_PORT="+strconv.Itoa(ports[2]), "INDEX_APISERVER_PORT="+strconv.Itoa(ports[3]),
+		"INDEX_APISERVER_FLAGS="+o.indexFlags, "CLUSTER_PROXY="+clusterProxy)
+	stop := func() {
+		if o.keep {
+			logf("leaving the stack running: LOCAL_DIR=%s hack/local-down.sh", dir)
+			return
+		}
+		cmd := exec.Command(filepath.Join(root, "hack", "local-down.sh"))
+		cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = env, root, os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			logf("stopping the stack: %v (logs in %s/logs)", err, dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	}
+	logf("starting the stack in %s (hack/local-up.sh)", dir)
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "local-up.sh"), "-quiet", "-no-demo")
+	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = env, root, os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("hack/local-up.sh: %w (logs in %s/logs)", err, dir)
+	}
+	s := &stackInfo{dir: dir, kubePort: ports[2], indexPort: ports[3]}
+	s.kubeCfg, err = clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	s.kubeCfg.QPS, s.kubeCfg.Burst = -1, 0
+	s.kubeCfg.UserAgent = "index-apiserver-bench"
+	s.indexCfg = rest.CopyConfig(s.kubeCfg)
+	s.indexCfg.Host = "https://127.0.0.1:" + strconv.Itoa(s.indexPort)
+	s.kubeURL, s.indexURL = s.kubeCfg.Host, s.indexCfg.Host
+	if s.client, err = kubernetes.NewForConfig(s.kubeCfg); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	if s.kubeHTTP, err = httpClient(s.kubeCfg); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	if s.indexHTTP, err = httpClient(s.indexCfg); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	if s.kubePID, err = readPID(dir, kubeTarget); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	if s.indexPID, err = readPID(dir, indexTarget); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return s, stop, nil
+}
+
+// httpClient makes a client with its own HTTP/2 transport (watch phases make
+// several, so that many watches don't share one connection's stream limit).
+func httpClient(cfg *rest.Config) (*http.Client, error) {
+	tc, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if tc == nil {
+		tc = &tls.Config{}
+	}
+	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 16}
+	return &http.Client{Transport: tr}, nil
+}
+
+func readPID(dir, name string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "pids", name+".pid"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
