@@ -19,6 +19,8 @@ type listMeta struct {
 	ResourceVersion string            `json:"resourceVersion"`
 	Labels          map[string]string `json:"labels"`
 	Annotations     map[string]string `json:"annotations"`
+	// DeletionTimestamp is set on the update a graceful DELETE makes first.
+	DeletionTimestamp string `json:"deletionTimestamp"`
 }
 
 type listItem struct {
@@ -69,4 +71,23 @@ func urlQueryEscape(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// rawSize is the size of the JSON body at url (0 on error).
+func rawSize(ctx context.Context, c *http.Client, url string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return 0
+	}
+	return len(b)
 }

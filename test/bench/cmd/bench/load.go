@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ---- naming ----
@@ -47,12 +49,22 @@ func load(ctx context.Context, s *stackInfo, o options, res *Results) error {
 					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "executor", Image: "registry.example/spark:4.0"}},
 						RestartPolicy: corev1.RestartPolicyNever},
 				}
+				if o.realistic {
+					p = sparkExecutorPod(nsOf(o, a), a, "", "", i+1, nodeName((a*o.podsPerApp+i)%100))
+					p.Name = podName(a, i)
+					p.Labels[appLabel] = appName(a)
+				}
 				var err error
 				for try := 0; try < 5; try++ {
 					if _, err = s.client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err == nil {
 						break
 					}
 					time.Sleep(200 * time.Millisecond)
+				}
+				if err == nil && o.realistic {
+					// The kubelet's status.
+					body, _ := json.Marshal(map[string]any{"status": runningStatus(p, a*o.podsPerApp+i, 0)})
+					_, err = s.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status")
 				}
 				if err != nil {
 					errOnce.Do(func() { firstErr = err })

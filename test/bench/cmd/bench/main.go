@@ -83,11 +83,41 @@ type options struct {
 	pprofDir      string
 	repeat        int
 	clusterProxy  bool
+
+	// mode picks the workload: engine (the phases above), spark, flink,
+	// sharded, fleets (all three) or saturate.
+	mode string
+	// realistic loads realistic Spark executor pods (pods.go) instead of
+	// one-container stubs (always in -mode saturate).
+	realistic bool
+
+	// Fleet workloads.
+	ways              []string
+	sparkDrivers      []int
+	sparkExecutors    int
+	sparkListPeriod   time.Duration
+	flinkJobs         []int
+	flinkTaskManagers int
+	flinkHAPeriod     time.Duration
+	shardedReplicas   []int
+	shardedPods       int
+	fleetNodes        int
+	fleetNamespaces   int
+	fleetStatusRate   float64
+	fleetCreateRate   float64
+	fleetDuration     time.Duration
+
+	// Saturation sweep.
+	satLabel  []int
+	satShards []int
+	satPods   int
+	satP99    time.Duration
+	satMaxRSS float64
 }
 
 func main() {
 	var o options
-	var watchers, shards string
+	var watchers, shards, ways, sparkDrivers, flinkJobs, shardedReplicas, satLabel, satShards string
 	flag.BoolVar(&o.smoke, "smoke", false, "tiny sizes (< 1 min); fail on any lost, duplicated or unexpected event or differing LIST; writes no docs")
 	flag.IntVar(&o.namespaces, "namespaces", 10, "namespaces the apps are spread over")
 	flag.IntVar(&o.apps, "apps", 2500, "apps (spark-app-selector=app-N)")
@@ -106,15 +136,83 @@ func main() {
 	flag.IntVar(&o.repeat, "repeat", 3, "rounds of watch phases (each with its own zero-watcher baseline); tables show the median and the range")
 	flag.StringVar(&o.pprofDir, "pprof", "", "write index-apiserver CPU and heap profiles of each of its watch phases here (<kind>-<watchers>.cpu.pprof)")
 	flag.BoolVar(&o.clusterProxy, "cluster-proxy", true, "also LIST and WATCH through the cluster proxy path (the stack's CLUSTER_PROXY: index-apiserver with --enable-cluster-proxy and its impersonation RBAC)")
+	flag.StringVar(&o.mode, "mode", "engine", "workload: engine (synthetic LIST and WATCH phases), spark, flink, sharded, fleets (spark, flink and sharded), saturate")
+	flag.BoolVar(&o.realistic, "realistic", false, "engine mode: load realistic Spark executor pods (with a kubelet status) instead of stubs")
+	flag.StringVar(&ways, "ways", "kube,aggregator,aggregator-proxy,direct", "fleet modes: how clients reach the servers: kube (everything at kube-apiserver), aggregator (reads via the aggregator, indexing group), aggregator-proxy (cluster proxy prefix via the aggregator), direct (cluster proxy prefix at index-apiserver)")
+	flag.StringVar(&sparkDrivers, "spark-drivers", "100,500,2000", "Spark fleet sizes (drivers)")
+	flag.IntVar(&o.sparkExecutors, "spark-executors", 10, "executors per Spark driver")
+	flag.DurationVar(&o.sparkListPeriod, "spark-list-period", 10*time.Second, "each driver LISTs its executors this often (Spark's default: 30s)")
+	flag.StringVar(&flinkJobs, "flink-jobs", "100,500", "Flink fleet sizes (job managers)")
+	flag.IntVar(&o.flinkTaskManagers, "flink-taskmanagers", 4, "task managers per Flink job manager")
+	flag.DurationVar(&o.flinkHAPeriod, "flink-ha-period", 5*time.Second, "each job manager renews its Lease and writes its HA ConfigMap this often")
+	flag.StringVar(&shardedReplicas, "sharded-replicas", "16,64,1024", "sharded controller sizes (replicas, each a WatchList on pods and on nodes)")
+	flag.IntVar(&o.shardedPods, "sharded-pods", 5000, "realistic background pods the sharded controller watches")
+	flag.IntVar(&o.fleetNodes, "nodes", 100, "fleet modes: realistic nodes (pods are spread over them)")
+	flag.IntVar(&o.fleetNamespaces, "fleet-namespaces", 10, "fleet modes: namespaces the clients are spread over")
+	flag.Float64Var(&o.fleetStatusRate, "fleet-status-rate", 100, "fleet modes: pod status updates per second (total) in the steady window")
+	flag.Float64Var(&o.fleetCreateRate, "fleet-create-rate", 200, "fleet modes: pods created (and later deleted) per second")
+	flag.DurationVar(&o.fleetDuration, "fleet-duration", 30*time.Second, "fleet modes: steady window per way")
+	flag.StringVar(&satLabel, "sat-label-watchers", "1000,2000,5000,10000,20000", "saturate: label watcher counts (one app each)")
+	flag.StringVar(&satShards, "sat-shard-watchers", "1024,4096,16384", "saturate: shard watcher counts")
+	flag.IntVar(&o.satPods, "sat-pods", 150000, "saturate: realistic pods loaded")
+	flag.DurationVar(&o.satP99, "sat-p99", time.Second, "saturate: a server has fallen behind when its delivery p99 exceeds this (or it loses an event)")
+	flag.Float64Var(&o.satMaxRSS, "sat-max-rss-mib", 12*1024, "saturate: ... or its RSS exceeds this")
 	flag.Parse()
 	if o.smoke {
 		o.namespaces, o.apps, o.podsPerApp, o.listRequests, o.listClients = 2, 12, 3, 10, 2
-		watchers, shards = "4,10", "4"
+		watchers, shards = "4", "4"
 		o.repeat = 1
-		o.patchRate, o.patchDuration = 40, 3*time.Second
+		o.patchRate, o.patchDuration = 40, 2*time.Second
 		o.markdown = ""
+		// A tiny fleet of each kind, every way, after the engine phases.
+		sparkDrivers, o.sparkExecutors, o.sparkListPeriod = "3", 2, time.Second
+		flinkJobs, o.flinkTaskManagers, o.flinkHAPeriod = "2", 2, time.Second
+		shardedReplicas, o.shardedPods, o.fleetNodes, o.fleetNamespaces = "3", 20, 3, 2
+		o.fleetStatusRate, o.fleetCreateRate, o.fleetDuration = 20, 0, time.Second
+		ways = "kube,direct"
 	}
 	var err error
+	for _, l := range []struct {
+		flag string
+		s    string
+		dst  *[]int
+	}{{"spark-drivers", sparkDrivers, &o.sparkDrivers}, {"flink-jobs", flinkJobs, &o.flinkJobs}, {"sharded-replicas", shardedReplicas, &o.shardedReplicas},
+		{"sat-label-watchers", satLabel, &o.satLabel}, {"sat-shard-watchers", satShards, &o.satShards}} {
+		if *l.dst, err = intList(l.s); err != nil {
+			fail(fmt.Errorf("-%s: %w", l.flag, err))
+		}
+	}
+	for _, w := range strings.Split(ways, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			if _, ok := wayTitles[w]; !ok {
+				fail(fmt.Errorf("-ways: unknown way %q", w))
+			}
+			o.ways = append(o.ways, w)
+		}
+	}
+	switch o.mode {
+	case "engine", "fleets", "saturate":
+	case "spark":
+		o.flinkJobs, o.shardedReplicas = nil, nil
+	case "flink":
+		o.sparkDrivers, o.shardedReplicas = nil, nil
+	case "sharded":
+		o.sparkDrivers, o.flinkJobs = nil, nil
+	default:
+		fail(fmt.Errorf("-mode %q: engine, spark, flink, sharded, fleets or saturate", o.mode))
+	}
+	if o.mode == "saturate" {
+		o.realistic = true
+		o.apps = 1
+		for _, n := range o.satLabel {
+			o.apps = max(o.apps, n)
+		}
+		o.podsPerApp = max(1, o.satPods/o.apps)
+		watchers, shards = "", ""
+	}
+	if o.mode != "engine" && o.mode != "saturate" {
+		watchers, shards = "", ""
+	}
 	if o.watchers, err = intList(watchers); err != nil {
 		fail(err)
 	}
@@ -180,8 +278,20 @@ func run(ctx context.Context, o options) int {
 	if v, err := s.client.Discovery().ServerVersion(); err == nil {
 		res.Machine.KubeAPIServer = v.GitVersion
 	}
-	if err := phases(ctx, s, o, res); err != nil {
-		res.Failures = append(res.Failures, err.Error())
+	var perr error
+	switch o.mode {
+	case "engine":
+		perr = phases(ctx, s, o, res)
+		if perr == nil && o.smoke {
+			perr = fleetPhases(ctx, s, o, res)
+		}
+	case "saturate":
+		perr = saturate(ctx, s, o, res)
+	default:
+		perr = fleetPhases(ctx, s, o, res)
+	}
+	if perr != nil {
+		res.Failures = append(res.Failures, perr.Error())
 	}
 	res.DurationS = time.Since(start).Seconds()
 	if ctx.Err() != nil {

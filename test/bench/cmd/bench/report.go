@@ -29,7 +29,21 @@ func writeResults(o options, res *Results) error {
 	}
 	logf("wrote %s", out)
 	png := ""
-	if len(res.Summary) > 0 {
+	switch {
+	case len(res.Saturation) > 0:
+		png = strings.TrimSuffix(out, ".json") + ".png"
+		if err := writeSaturationPlot(png, res.Saturation); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		logf("wrote %s", png)
+	case len(res.Fleets) > 0 && !o.smoke:
+		png = strings.TrimSuffix(out, ".json") + ".png"
+		if err := writeFleetPlot(png, res.Fleets); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		logf("wrote %s", png)
+	}
+	if len(res.Summary) > 0 && png == "" {
 		png = strings.TrimSuffix(out, ".json") + ".png"
 		if err := writePlot(png, res.Summary); err != nil {
 			return fmt.Errorf("plot: %w", err)
@@ -50,7 +64,16 @@ func writeResults(o options, res *Results) error {
 		return err
 	}
 	defer f.Close()
-	_, err = f.WriteString(markdown(res, out, filepath.ToSlash(rel)))
+	md := ""
+	switch o.mode {
+	case "engine":
+		md = markdown(res, out, filepath.ToSlash(rel))
+	case "saturate":
+		md = saturationMarkdown(res, o, out, filepath.ToSlash(rel))
+	default:
+		md = fleetMarkdown(res, o, out, filepath.ToSlash(rel))
+	}
+	_, err = f.WriteString(md)
 	if err != nil {
 		return err
 	}

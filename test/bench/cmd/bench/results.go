@@ -5,18 +5,28 @@ import "time"
 // The JSON results of a run (written by report.go).
 
 type Results struct {
-	Started    time.Time     `json:"started"`
-	Smoke      bool          `json:"smoke"`
-	Machine    Machine       `json:"machine"`
-	Load       Load          `json:"load"`
-	Lists      []ListResult  `json:"lists"`
-	Baselines  []CPUPhase    `json:"watchBaselines,omitempty"`
-	Watches    []WatchResult `json:"watches"`
-	Summary    []WatchCase   `json:"watchSummary,omitempty"`
-	RSS        []RSSResult   `json:"rss"`
-	Failures   []string      `json:"failures,omitempty"`
-	DurationS  float64       `json:"durationSeconds"`
-	Parameters options       `json:"-"`
+	Started   time.Time     `json:"started"`
+	Smoke     bool          `json:"smoke"`
+	Machine   Machine       `json:"machine"`
+	Load      Load          `json:"load"`
+	Lists     []ListResult  `json:"lists"`
+	Baselines []CPUPhase    `json:"watchBaselines,omitempty"`
+	Watches   []WatchResult `json:"watches"`
+	Summary   []WatchCase   `json:"watchSummary,omitempty"`
+	RSS       []RSSResult   `json:"rss"`
+	// Fleet workloads (-mode spark, flink, sharded, fleets) and the
+	// realistic background pods they ran over.
+	Fleets          []FleetResult `json:"fleets,omitempty"`
+	FleetBackground int           `json:"fleetBackgroundPods,omitempty"`
+	// JSON size of one realistic pod as kube-apiserver serves it (with
+	// managedFields) and as index-apiserver does (without).
+	PodJSONBytesKube  int `json:"podJSONBytesKubeAPIServer,omitempty"`
+	PodJSONBytesIndex int `json:"podJSONBytesIndexAPIServer,omitempty"`
+	// The saturation sweep (-mode saturate).
+	Saturation []SaturationStep `json:"saturation,omitempty"`
+	Failures   []string         `json:"failures,omitempty"`
+	DurationS  float64          `json:"durationSeconds"`
+	Parameters options          `json:"-"`
 }
 
 type Machine struct {
@@ -86,6 +96,9 @@ type WatchResult struct {
 	KubeCPUPer1kAbove  float64 `json:"kubeAPIServerCPUsPer1kEventsAboveBaseline"`
 	IndexCPUPer1kAbove float64 `json:"indexAPIServerCPUsPer1kEventsAboveBaseline"`
 	WatchErrors        int     `json:"watchErrors"`
+	// VmRSS of both servers at the end of the phase.
+	KubeRSSMiB  float64 `json:"kubeAPIServerRSSMiB"`
+	IndexRSSMiB float64 `json:"indexAPIServerRSSMiB"`
 }
 
 type RSSResult struct {

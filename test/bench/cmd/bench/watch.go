@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -98,61 +96,33 @@ type watcherState struct {
 	connected chan struct{}
 }
 
-type watchEvent struct {
-	Type   string   `json:"type"`
-	Object listItem `json:"object"`
-}
-
+// run reads the watch; each MODIFIED event of an accepted pod counts under
+// the patch sequence number it carries, anything else is unexpected.
 func (w *watcherState) run(ctx context.Context, c *http.Client, url string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
+	err := streamWatch(ctx, c, url, func(err error) {
 		w.err = err
 		close(w.connected)
-		return
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		w.err = err
-		close(w.connected)
-		return
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		w.err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
-		close(w.connected)
-		return
-	}
-	close(w.connected)
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var ev watchEvent
-		if err := dec.Decode(&ev); err != nil {
-			if ctx.Err() == nil {
-				w.mu.Lock()
-				w.err = fmt.Errorf("watch ended: %v", err)
-				w.mu.Unlock()
-			}
-			return
-		}
-		now := time.Now()
+	}, func(ev *watchEvent, now time.Time) {
 		if ev.Type == "BOOKMARK" {
-			continue
+			return
 		}
 		m := ev.Object.Metadata
 		w.mu.Lock()
+		defer w.mu.Unlock()
 		seqS, ok := m.Annotations[annSeq]
 		seq, err := strconv.Atoi(seqS)
 		if ev.Type != "MODIFIED" || !ok || err != nil || !w.accept(m) {
 			w.unexpect++
-			w.mu.Unlock()
-			continue
+			return
 		}
 		w.seen[seq]++
 		if ts, err := strconv.ParseInt(m.Annotations[annTS], 10, 64); err == nil {
 			w.lat = append(w.lat, now.Sub(time.Unix(0, ts)))
 		}
+	})
+	if err != nil && w.err == nil {
+		w.mu.Lock()
+		w.err = err
 		w.mu.Unlock()
 	}
 }
@@ -306,6 +276,7 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 	}
 	time.Sleep(300 * time.Millisecond) // late duplicates
 	k1, kk1, ki1 := cpu(), cpuSeconds(s.kubePID), cpuSeconds(s.indexPID)
+	kRSS, iRSS := rssMiB(s.kubePID), rssMiB(s.indexPID)
 	if profiled != nil {
 		if err := <-profiled; err != nil {
 			logf("  profile: %v", err)
@@ -319,29 +290,18 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 	}
 	r := &WatchResult{Kind: kind, Target: tgt, Watchers: n, Patches: len(sent), PatchErr: perrs, Expected: len(sent)}
 	var lat []time.Duration
+	var acc Tally
 	for i, w := range ws {
-		for seq, c := range w.seen {
-			r.Received += c
-			if !expected[i][seq] {
-				r.Unexpected += c
-				continue
-			}
-			if c > 1 {
-				r.Duplicated += c - 1
-			}
-		}
-		for seq := range expected[i] {
-			if w.seen[seq] == 0 {
-				r.Missing++
-			}
-		}
-		r.Unexpected += w.unexpect
+		acc.add(tally(expected[i], w.seen))
+		acc.Unexpected += w.unexpect
 		if w.err != nil {
 			r.WatchErrors++
 			logf("  watcher %d: %v", i, w.err)
 		}
 		lat = append(lat, w.lat...)
 	}
+	r.KubeRSSMiB, r.IndexRSSMiB = kRSS, iRSS
+	r.Received, r.Missing, r.Duplicated, r.Unexpected = acc.Received, acc.Missing, acc.Duplicated, acc.Unexpected
 	r.P50ms, r.P99ms, r.MaxMs = pct(lat, 50), pct(lat, 99), pct(lat, 100)
 	if len(sent) > 0 {
 		r.ServerCPUPer1k = (k1 - k0) * 1000 / float64(len(sent))

@@ -1,0 +1,469 @@
+package main
+
+// What the fleet workloads (spark.go, flink.go, sharded.go) share: the ways
+// a fleet's requests are sent, a REST client for raw JSON requests, writers
+// at a fixed rate, and the per-way measures.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// The ways a workload runs. Writes of the cluster proxy ways go through the
+// prefix too (passed through to kube-apiserver as the caller), as an
+// unmodified client's would.
+const (
+	wayKube       = "kube"
+	wayAggregator = "aggregator"
+	wayAggProxy   = "aggregator-proxy"
+	wayDirect     = "direct"
+)
+
+var wayTitles = map[string]string{
+	wayKube:       "all at kube-apiserver",
+	wayAggregator: "reads via aggregator (indexing group)",
+	wayAggProxy:   "via aggregator (cluster proxy prefix)",
+	wayDirect:     "direct at index-apiserver (cluster proxy prefix)",
+}
+
+// restClient sends JSON requests under base (a URL up to and including
+// /api/v1 or the indexing group version).
+type restClient struct {
+	cfg  *rest.Config
+	base string
+	pool []*http.Client
+	next atomic.Int64
+}
+
+// newRESTClient makes a client with n connections (each HTTP/2 connection
+// carries at most ~100 streams, watches hold theirs).
+func newRESTClient(cfg *rest.Config, base string, n int) (*restClient, error) {
+	r := &restClient{cfg: cfg, base: base}
+	for i := 0; i < n; i++ {
+		c, err := httpClient(cfg)
+		if err != nil {
+			return nil, err
+		}
+		r.pool = append(r.pool, c)
+	}
+	return r, nil
+}
+
+func (r *restClient) http() *http.Client {
+	return r.pool[int(r.next.Add(1))%len(r.pool)]
+}
+
+func (r *restClient) close() {
+	for _, c := range r.pool {
+		c.CloseIdleConnections()
+	}
+}
+
+// do sends one request to base+path and returns the metadata of the object
+// in the answer.
+func (r *restClient) do(ctx context.Context, method, path, ctype string, body []byte) (listMeta, error) {
+	return r.doURL(ctx, method, r.base+path, ctype, body)
+}
+
+// root is base without its /api/v1 (the cluster proxy prefix or the server).
+func (r *restClient) root() string { return strings.TrimSuffix(r.base, "/api/v1") }
+
+func (r *restClient) doURL(ctx context.Context, method, url, ctype string, body []byte) (listMeta, error) {
+	var m listMeta
+	path := url
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return m, err
+	}
+	req.Header.Set("Accept", "application/json")
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := r.http().Do(req)
+	if err != nil {
+		return m, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return m, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))
+	}
+	var it listItem
+	if err := json.NewDecoder(resp.Body).Decode(&it); err != nil {
+		return m, err
+	}
+	return it.Metadata, nil
+}
+
+func (r *restClient) create(ctx context.Context, path string, obj any) (listMeta, error) {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return listMeta{}, err
+	}
+	return r.do(ctx, http.MethodPost, path, "application/json", b)
+}
+
+func (r *restClient) patch(ctx context.Context, path, ctype string, body []byte) (listMeta, error) {
+	return r.do(ctx, http.MethodPatch, path, ctype, body)
+}
+
+func (r *restClient) del(ctx context.Context, path string) (listMeta, error) {
+	return r.do(ctx, http.MethodDelete, path+"?gracePeriodSeconds=0", "application/json", nil)
+}
+
+func (r *restClient) list(ctx context.Context, path string) (*listResp, error) {
+	return doList(ctx, r.http(), r.base+path)
+}
+
+const (
+	smpType   = "application/strategic-merge-patch+json"
+	mergeType = "application/merge-patch+json"
+)
+
+// fleetWay is one way's clients: reads, and writes.
+type fleetWay struct {
+	name        string
+	read, write *restClient
+}
+
+func newFleetWay(s *stackInfo, name string, conns int) (*fleetWay, error) {
+	kubeV1 := s.kubeURL + "/api/v1"
+	readCfg, readBase, writeCfg, writeBase := s.kubeCfg, kubeV1, s.kubeCfg, kubeV1
+	switch name {
+	case wayKube:
+	case wayAggregator:
+		readBase = s.kubeURL + indexGroup
+	case wayAggProxy:
+		readBase = s.kubeURL + clusterProxyPrefix + "/api/v1"
+		writeBase = readBase
+	case wayDirect:
+		readCfg, readBase = s.indexCfg, s.indexURL+clusterProxyPrefix+"/api/v1"
+		writeCfg, writeBase = readCfg, readBase
+	default:
+		return nil, fmt.Errorf("unknown way %q (kube, aggregator, aggregator-proxy, direct)", name)
+	}
+	w := &fleetWay{name: name}
+	var err error
+	if w.read, err = newRESTClient(readCfg, readBase, conns); err != nil {
+		return nil, err
+	}
+	if w.write, err = newRESTClient(writeCfg, writeBase, 4); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *fleetWay) close() { w.read.close(); w.write.close() }
+
+// atRate calls fn(i) for i in [0, n) at rate calls per second (0: as fast
+// as workers allow) from workers goroutines; it returns the errors.
+func atRate(ctx context.Context, n int, rate float64, workers int, fn func(i int) error) (int, error) {
+	jobs := make(chan int, workers)
+	var errs atomic.Int64
+	var first atomic.Value
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				if err := fn(i); err != nil {
+					if errs.Add(1) == 1 {
+						first.Store(err)
+					}
+				}
+			}
+		}()
+	}
+	t0 := time.Now()
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		if rate > 0 {
+			if d := time.Until(t0.Add(time.Duration(float64(i) / rate * float64(time.Second)))); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if e, ok := first.Load().(error); ok {
+		return int(errs.Load()), e
+	}
+	return 0, nil
+}
+
+// Usage is what the two servers spent over a window.
+type Usage struct {
+	Seconds float64 `json:"seconds"`
+	// CPU-seconds per minute of wall time.
+	KubeCPUPerMin  float64 `json:"kubeAPIServerCPUsPerMinute"`
+	IndexCPUPerMin float64 `json:"indexAPIServerCPUsPerMinute"`
+	// Largest VmRSS sampled (once a second) during the window.
+	KubeRSSMiB  float64 `json:"kubeAPIServerMaxRSSMiB"`
+	IndexRSSMiB float64 `json:"indexAPIServerMaxRSSMiB"`
+}
+
+// meter measures both servers' CPU (from /proc/PID/stat) and RSS over a
+// window.
+type meter struct {
+	s          *stackInfo
+	t0         time.Time
+	k0, i0     float64
+	mu         sync.Mutex
+	kRSS, iRSS float64
+	stopRSS    chan struct{}
+	done       chan struct{}
+}
+
+func startMeter(s *stackInfo) *meter {
+	m := &meter{s: s, t0: time.Now(), k0: cpuSeconds(s.kubePID), i0: cpuSeconds(s.indexPID), stopRSS: make(chan struct{}), done: make(chan struct{})}
+	m.sample()
+	go func() {
+		defer close(m.done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.stopRSS:
+				return
+			case <-t.C:
+				m.sample()
+			}
+		}
+	}()
+	return m
+}
+
+func (m *meter) sample() {
+	k, i := rssMiB(m.s.kubePID), rssMiB(m.s.indexPID)
+	m.mu.Lock()
+	m.kRSS, m.iRSS = max(m.kRSS, k), max(m.iRSS, i)
+	m.mu.Unlock()
+}
+
+func (m *meter) stop() Usage {
+	k1, i1 := cpuSeconds(m.s.kubePID), cpuSeconds(m.s.indexPID)
+	d := time.Since(m.t0).Seconds()
+	close(m.stopRSS)
+	<-m.done
+	m.sample()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return Usage{Seconds: d, KubeCPUPerMin: (k1 - m.k0) * 60 / d, IndexCPUPerMin: (i1 - m.i0) * 60 / d, KubeRSSMiB: m.kRSS, IndexRSSMiB: m.iRSS}
+}
+
+// FleetResult is one fleet workload at one size, run one way.
+type FleetResult struct {
+	Workload string `json:"workload"` // spark | flink | sharded
+	// Size is drivers, job managers or shard replicas; PerClient is
+	// executors per driver, task managers per job manager, or 0.
+	Size      int    `json:"size"`
+	PerClient int    `json:"perClient"`
+	Way       string `json:"way"`
+	Watches   int    `json:"watches"`
+	Pods      int    `json:"podsInCluster"`
+	// Steady is the window of fixed-rate status updates (and periodic LISTs,
+	// lease and ConfigMap writes); Whole adds start-up (watches, creates) and
+	// tear-down (deletes).
+	Steady      Usage `json:"steady"`
+	Whole       Usage `json:"whole"`
+	Writes      int   `json:"writes"`
+	WriteErrors int   `json:"writeErrors"`
+	Tally
+	WatchErrors int `json:"watchErrors"`
+	// Clients whose final view (object -> resourceVersion) differs from a
+	// consistent LIST at kube-apiserver with the same selector.
+	ViewMismatches int     `json:"viewMismatches"`
+	P50ms          float64 `json:"deliveryP50ms"`
+	P99ms          float64 `json:"deliveryP99ms"`
+	MaxMs          float64 `json:"deliveryMaxMs"`
+	Lists          int     `json:"lists"`
+	ListErrors     int     `json:"listErrors"`
+	ListP50ms      float64 `json:"listP50ms"`
+	ListP99ms      float64 `json:"listP99ms"`
+	FirstError     string  `json:"firstError,omitempty"`
+}
+
+func (r *FleetResult) ok() bool {
+	return r.Tally.OK() && r.WatchErrors == 0 && r.ViewMismatches == 0 && r.WriteErrors == 0 && r.ListErrors == 0 && r.FirstError == ""
+}
+
+func (r *FleetResult) noteErr(err error) {
+	if err != nil && r.FirstError == "" {
+		r.FirstError = err.Error()
+	}
+}
+
+func (r *FleetResult) log() {
+	logf("  %s %d×%d %s: %d watches, kube-apiserver %.2f CPU-s/min (steady; whole %.2f), index-apiserver %.2f (%.2f), RSS index %.0f MiB; "+
+		"events %d expected, %d missing, %d dup, %d unexpected, %d watch errors, %d views differ; delivery p50 %.1f p99 %.1f ms; LIST p50 %.1f p99 %.1f ms (%d, %d errors); writes %d (%d errors)",
+		r.Workload, r.Size, r.PerClient, r.Way, r.Watches, r.Steady.KubeCPUPerMin, r.Whole.KubeCPUPerMin, r.Steady.IndexCPUPerMin, r.Whole.IndexCPUPerMin, r.Whole.IndexRSSMiB,
+		r.Expected, r.Missing, r.Duplicated, r.Unexpected, r.WatchErrors, r.ViewMismatches, r.P50ms, r.P99ms, r.ListP50ms, r.ListP99ms, r.Lists, r.ListErrors, r.Writes, r.WriteErrors)
+	if r.FirstError != "" {
+		logf("  first error: %s", r.FirstError)
+	}
+}
+
+// clientWatch is one watch stream of a fleet client, with its ledger.
+type clientWatch struct {
+	l         *ledger
+	url       string
+	connected chan error
+	err       atomic.Value
+	// synced is closed at the initial-events-end bookmark (WatchList only).
+	synced   chan struct{}
+	syncedAt time.Time
+	// inShard, if set, says whether an object belongs to this stream.
+	inShard func(m listMeta) bool
+	// initial counts the initial events (WatchList) per object.
+	initial map[string]int
+	outside int
+}
+
+func newClientWatch(url string) *clientWatch {
+	return &clientWatch{l: newLedger(), url: url, connected: make(chan error, 1), synced: make(chan struct{}), initial: map[string]int{}}
+}
+
+// start runs the watch until ctx ends; initial events (those before an
+// initial-events-end bookmark, when the watch asked for them) build the
+// view without being expected.
+func (cw *clientWatch) start(ctx context.Context, c *http.Client, watchList bool, wg *sync.WaitGroup) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		inInitial := watchList
+		err := streamWatch(ctx, c, cw.url, func(err error) { cw.connected <- err }, func(ev *watchEvent, at time.Time) {
+			m := ev.Object.Metadata
+			if ev.Type == "BOOKMARK" {
+				if inInitial && m.Annotations["k8s.io/initial-events-end"] == "true" {
+					inInitial = false
+					cw.syncedAt = at
+					close(cw.synced)
+				}
+				return
+			}
+			if cw.inShard != nil && !cw.inShard(m) {
+				cw.l.mu.Lock()
+				cw.outside++
+				cw.l.mu.Unlock()
+				return
+			}
+			if inInitial {
+				cw.l.mu.Lock()
+				cw.initial[m.Namespace+"/"+m.Name]++
+				if ev.Type == "ADDED" {
+					cw.l.view[m.Namespace+"/"+m.Name] = m.ResourceVersion
+				} else {
+					cw.l.other++
+				}
+				cw.l.mu.Unlock()
+				return
+			}
+			cw.l.observe(ev.Type, m, at)
+		})
+		if err != nil {
+			cw.err.Store(err)
+		}
+	}()
+}
+
+// tally adds this stream's account to r.
+func (cw *clientWatch) tally(r *FleetResult, lat []time.Duration) []time.Duration {
+	t, lat := cw.l.result(lat)
+	cw.l.mu.Lock()
+	for _, c := range cw.initial {
+		if c > 1 {
+			t.Duplicated += c - 1
+		}
+		t.Received += c
+	}
+	t.Unexpected += cw.outside
+	cw.l.mu.Unlock()
+	r.Tally.add(t)
+	if e, ok := cw.err.Load().(error); ok {
+		r.WatchErrors++
+		r.noteErr(e)
+	}
+	return lat
+}
+
+// openWatches starts the streams (spread over the way's connections) and
+// waits until all are connected.
+func openWatches(ctx context.Context, ws []*clientWatch, rc *restClient, watchList bool, wg *sync.WaitGroup) error {
+	for _, cw := range ws {
+		cw.start(ctx, rc.http(), watchList, wg)
+	}
+	timeout := time.After(2 * time.Minute)
+	for i, cw := range ws {
+		select {
+		case err := <-cw.connected:
+			if err != nil {
+				return fmt.Errorf("watch %d (%s): %w", i, cw.url, err)
+			}
+		case <-timeout:
+			return fmt.Errorf("watch %d of %d not connected within 2m", i, len(ws))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// kubeView lists path at kube-apiserver (consistent) and returns key -> rv.
+func kubeView(ctx context.Context, s *stackInfo, path string) (map[string]string, error) {
+	l, err := doList(ctx, s.kubeHTTP, s.kubeURL+"/api/v1"+path)
+	if err != nil {
+		return nil, err
+	}
+	v := make(map[string]string, len(l.Items))
+	for _, it := range l.Items {
+		v[it.Metadata.Namespace+"/"+it.Metadata.Name] = it.Metadata.ResourceVersion
+	}
+	return v, nil
+}
+
+func fleetNS(i, namespaces int) string { return "fleet-" + strconv.Itoa(i%namespaces) }
+
+func selectorQuery(sel string) string { return "labelSelector=" + urlQueryEscape(sel) }
+
+func joinNonEmpty(parts ...string) string {
+	var out []string
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, "&")
+}
+
+// latencies of LIST requests, shared by concurrent listers.
+type latencies struct {
+	mu   sync.Mutex
+	d    []time.Duration
+	errs int
+	err  error
+}
+
+func (l *latencies) add(d time.Duration, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		if l.errs == 0 {
+			l.err = err
+		}
+		l.errs++
+		return
+	}
+	l.d = append(l.d, d)
+}

@@ -1,0 +1,267 @@
+package main
+
+// Markdown and plots of the fleet workloads and the saturation sweep.
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+var wayColors = map[string]color.Color{
+	wayKube:       color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	wayAggregator: color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	wayAggProxy:   color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
+	wayDirect:     color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+}
+
+func machineLine(res *Results) string {
+	m := res.Machine
+	return fmt.Sprintf("Machine: %d CPUs (%s), %.0f GiB, %s, kube-apiserver %s, load average at start %s (other sessions share the machine). "+
+		"The harness's clients run on the same cores.", m.CPUs, m.CPUModel, m.MemGiB, m.GoVersion, m.KubeAPIServer, m.LoadAvg)
+}
+
+// fleetMarkdown is the section of a fleet run: per workload and size, the
+// ways side by side.
+func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n### Fleet run %s\n\n%s Raw data: `%s`. Realistic pods (Spark 4 executors, Flink task managers, kubelet status; %d background pods: "+
+		"Spark driver pods and the sharded controller's pods), %d nodes, %d namespaces. Steady window %v per way with %.0f pod status updates/s; "+
+		"pods created and deleted at %.0f/s. Spark drivers LIST every %v; Flink job managers write a Lease and a ConfigMap every %v.",
+		res.Started.Format("2006-01-02 15:04 UTC"), machineLine(res), jsonPath, res.FleetBackground, o.fleetNodes, o.fleetNamespaces,
+		o.fleetDuration, o.fleetStatusRate, o.fleetCreateRate, o.sparkListPeriod, o.flinkHAPeriod)
+	if len(res.Failures) > 0 {
+		fmt.Fprintf(&b, " **Failures:** %s.", strings.Join(res.Failures, "; "))
+	}
+	b.WriteString("\n\nCPU in CPU-seconds per minute (steady window; in brackets the whole way: watches opened, pods created, steady, pods deleted). " +
+		"Ratio: kube-apiserver's steady CPU against the same fleet all at kube-apiserver, same run. Delivery: write sent → event received, every event " +
+		"of every client. LIST: Spark's periodic LISTs, Flink's initial LIST, the sharded controller's WatchList initial sync. Events: expected; " +
+		"missing / duplicated / unexpected; clients whose final view differs from kube-apiserver's.\n\n")
+	b.WriteString("| workload | size | way | kube-apiserver CPU-s/min | ratio | index-apiserver CPU-s/min | index-apiserver RSS MiB | delivery p50 / p99 ms | LIST p50 / p99 ms | events | missing / dup / unexp / views |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	type key struct {
+		w    string
+		n, e int
+	}
+	kubeOf := map[key]float64{}
+	for _, r := range res.Fleets {
+		if r.Way == wayKube {
+			kubeOf[key{r.Workload, r.Size, r.PerClient}] = r.Steady.KubeCPUPerMin
+		}
+	}
+	for _, r := range res.Fleets {
+		size := fmt.Sprintf("%d", r.Size)
+		switch r.Workload {
+		case "spark":
+			size = fmt.Sprintf("%d drivers × %d executors", r.Size, r.PerClient)
+		case "flink":
+			size = fmt.Sprintf("%d job managers × %d task managers", r.Size, r.PerClient)
+		case "sharded":
+			size = fmt.Sprintf("%d replicas (pods + nodes)", r.Size)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.2f [%.2f] | %s | %.2f [%.2f] | %.0f | %.1f / %.1f | %.1f / %.1f | %d | %d / %d / %d / %d |\n",
+			r.Workload, size, wayTitles[r.Way], r.Steady.KubeCPUPerMin, r.Whole.KubeCPUPerMin, ratio(r.Steady.KubeCPUPerMin, kubeOf[key{r.Workload, r.Size, r.PerClient}]),
+			r.Steady.IndexCPUPerMin, r.Whole.IndexCPUPerMin, r.Whole.IndexRSSMiB, r.P50ms, r.P99ms, r.ListP50ms, r.ListP99ms, r.Expected,
+			r.Missing, r.Duplicated, r.Unexpected, r.ViewMismatches)
+	}
+	if plotPath != "" {
+		fmt.Fprintf(&b, "\n![kube-apiserver CPU-s per minute by fleet size, each way](%s)\n", plotPath)
+	}
+	if len(res.RSS) == 2 && res.FleetBackground > 0 {
+		k, x := res.RSS[0], res.RSS[1]
+		fmt.Fprintf(&b, "\nRSS after the run: kube-apiserver %.0f MiB (%.0f at start), index-apiserver %.0f MiB (%.0f at start).\n", k.LoadedMiB, k.EmptyMiB, x.LoadedMiB, x.EmptyMiB)
+	}
+	return b.String()
+}
+
+// writeFleetPlot draws kube-apiserver's steady CPU-s/min against the fleet
+// size, one line per way, one panel per workload.
+func writeFleetPlot(path string, fleets []FleetResult) error {
+	var panels []*plot.Plot
+	for _, wl := range []struct{ name, x string }{{"spark", "Spark drivers"}, {"flink", "Flink job managers"}, {"sharded", "shard replicas"}} {
+		series := map[string]plotter.XYs{}
+		for _, r := range fleets {
+			if r.Workload == wl.name {
+				series[r.Way] = append(series[r.Way], plotter.XY{X: float64(r.Size), Y: r.Steady.KubeCPUPerMin})
+			}
+		}
+		if len(series) == 0 {
+			continue
+		}
+		p := plot.New()
+		p.Title.Text = wl.name + ": kube-apiserver CPU"
+		p.X.Label.Text = wl.x + " (log scale)"
+		p.Y.Label.Text = "kube-apiserver CPU-s / minute (steady)"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{}
+		p.Y.Min = 0
+		p.Add(plotter.NewGrid())
+		p.Legend.Top, p.Legend.Left = true, true
+		for _, w := range []string{wayKube, wayAggregator, wayAggProxy, wayDirect} {
+			xy := series[w]
+			if len(xy) == 0 {
+				continue
+			}
+			line, points, err := plotter.NewLinePoints(xy)
+			if err != nil {
+				return err
+			}
+			line.Color, points.Color = wayColors[w], wayColors[w]
+			p.Add(line, points)
+			p.Legend.Add(wayTitles[w], line, points)
+		}
+		panels = append(panels, p)
+	}
+	return drawPanels(path, [][]*plot.Plot{panels})
+}
+
+// drawPanels writes rows of panels as one PNG.
+func drawPanels(path string, rows [][]*plot.Plot) error {
+	cols := 0
+	for _, r := range rows {
+		cols = max(cols, len(r))
+	}
+	if cols == 0 {
+		return nil
+	}
+	for i := range rows {
+		for len(rows[i]) < cols {
+			rows[i] = append(rows[i], nil)
+		}
+	}
+	img := vgimg.New(vg.Length(cols)*11*vg.Centimeter, vg.Length(len(rows))*10*vg.Centimeter)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(rows), Cols: cols, PadX: vg.Centimeter, PadY: vg.Centimeter, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3, PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3}
+	for i, r := range rows {
+		for j, p := range r {
+			if p == nil {
+				continue
+			}
+			p.Draw(tiles.At(dc, j, i))
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeSaturationPlot: one row per sweep (label, shard), one panel per
+// measure (CPU-s/min, delivery p99, RSS), both servers on each axis.
+func writeSaturationPlot(path string, steps []SaturationStep) error {
+	var rows [][]*plot.Plot
+	for _, kind := range []string{"label", "shard"} {
+		var row []*plot.Plot
+		for _, m := range []struct {
+			title, y string
+			val      func(SaturationStep) float64
+		}{
+			{"CPU", "server CPU-s / minute", func(s SaturationStep) float64 { return s.CPUPerMin }},
+			{"delivery p99", "p99 ms (log scale)", func(s SaturationStep) float64 { return max(s.P99ms, 1) }},
+			{"RSS", "RSS MiB", func(s SaturationStep) float64 { return s.RSSMiB }},
+		} {
+			p := plot.New()
+			p.Title.Text = fmt.Sprintf("%s watchers: %s", kind, m.title)
+			p.X.Label.Text = kind + " watchers (log scale)"
+			p.Y.Label.Text = m.y
+			p.X.Scale = plot.LogScale{}
+			p.X.Tick.Marker = plot.LogTicks{}
+			if m.title == "delivery p99" {
+				p.Y.Scale = plot.LogScale{}
+				p.Y.Tick.Marker = plot.LogTicks{}
+			} else {
+				p.Y.Min = 0
+			}
+			p.Add(plotter.NewGrid())
+			p.Legend.Top, p.Legend.Left = true, true
+			n := 0
+			for _, tgt := range []string{kubeTarget, indexTarget} {
+				var xy plotter.XYs
+				for _, s := range steps {
+					if s.Kind == kind && s.Target == tgt && s.Events > 0 {
+						xy = append(xy, plotter.XY{X: float64(s.Watchers), Y: m.val(s)})
+					}
+				}
+				if len(xy) == 0 {
+					continue
+				}
+				n++
+				line, points, err := plotter.NewLinePoints(xy)
+				if err != nil {
+					return err
+				}
+				line.Color, points.Color = serverColors[tgt], serverColors[tgt]
+				p.Add(line, points)
+				p.Legend.Add(tgt, line, points)
+			}
+			if n > 0 {
+				row = append(row, p)
+			}
+		}
+		if len(row) > 0 {
+			rows = append(rows, row)
+		}
+	}
+	return drawPanels(path, rows)
+}
+
+func saturationMarkdown(res *Results, o options, jsonPath, plotPath string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n### Saturation sweep %s\n\n%s Raw data: `%s`. %d realistic Spark executor pods (%d apps × %d, with kubelet status) loaded in %.0f s; "+
+		"%d pod patches/s for %v per step; a server has fallen behind at delivery p99 > %v, any lost, duplicated or unexpected event, a failed watch, "+
+		"or RSS > %.0f MiB, and its sweep stops there.",
+		res.Started.Format("2006-01-02 15:04 UTC"), machineLine(res), jsonPath, res.Load.Pods, res.Load.Apps, res.Load.PodsPerApp, res.Load.Seconds,
+		o.patchRate, o.patchDuration, o.satP99, o.satMaxRSS)
+	if len(res.Failures) > 0 {
+		fmt.Fprintf(&b, " **Failures:** %s.", strings.Join(res.Failures, "; "))
+	}
+	b.WriteString("\n\n| watchers | server | delivery p50 / p99 ms | CPU-s/min | CPU-s/1k events above baseline | RSS MiB | missing / dup / unexp | fell behind |\n|---|---|---|---|---|---|---|---|\n")
+	for _, s := range res.Saturation {
+		fb := "no"
+		if s.FellBehind {
+			fb = "**yes**: " + s.Reason
+		}
+		fmt.Fprintf(&b, "| %d %s | %s | %.1f / %.1f | %.2f | %.2f | %.0f | %d / %d / %d | %s |\n",
+			s.Watchers, s.Kind, s.Target, s.P50ms, s.P99ms, s.CPUPerMin, s.CPUPer1kAbove, s.RSSMiB, s.Missing, s.Duplicated, s.Unexpected, fb)
+	}
+	for _, kind := range []string{"label", "shard"} {
+		for _, tgt := range []string{kubeTarget, indexTarget} {
+			best, fell := 0, false
+			for _, s := range res.Saturation {
+				if s.Kind == kind && s.Target == tgt {
+					if s.FellBehind {
+						fell = true
+					} else {
+						best = max(best, s.Watchers)
+					}
+				}
+			}
+			note := "did not fall behind in the sizes run"
+			if fell {
+				note = "fell behind at the next size"
+			}
+			fmt.Fprintf(&b, "\n- %s, %s watchers: largest sustained %d (%s).", tgt, kind, best, note)
+		}
+	}
+	b.WriteString("\n")
+	if plotPath != "" {
+		fmt.Fprintf(&b, "\n![Saturation: CPU, delivery p99 and RSS against watchers, both servers](%s)\n", plotPath)
+	}
+	if len(res.RSS) == 2 {
+		k, x := res.RSS[0], res.RSS[1]
+		fmt.Fprintf(&b, "\nMemory per cached realistic pod (RSS growth over the load): kube-apiserver %.1f KiB, index-apiserver %.1f KiB; ratio %s.\n",
+			k.DeltaPer10k*1024/10000*1024/1024, x.DeltaPer10k*1024/10000*1024/1024, ratio(x.DeltaPer10k, k.DeltaPer10k))
+	}
+	return b.String()
+}

@@ -1,0 +1,109 @@
+package main
+
+// The saturation sweep: on realistic pods, at -patch-rate events per second,
+// raise the label watchers and the shard watchers on each server until it
+// falls behind (delivery p99 above -sat-p99, an event lost or duplicated, a
+// watch that fails or does not connect, or RSS above -sat-max-rss-mib), and
+// stop that server's sweep there.
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// SaturationStep is one server at one watcher count.
+type SaturationStep struct {
+	Kind     string  `json:"kind"` // label | shard
+	Target   string  `json:"target"`
+	Watchers int     `json:"watchers"`
+	Events   int     `json:"events"`
+	P50ms    float64 `json:"p50ms"`
+	P99ms    float64 `json:"p99ms"`
+	// The server's CPU-seconds per minute during the phase, and per 1k events
+	// above the zero-watcher baseline.
+	CPUPerMin     float64 `json:"cpuSPerMinute"`
+	CPUPer1kAbove float64 `json:"cpuSPer1kAboveBaseline"`
+	RSSMiB        float64 `json:"rssMiB"`
+	Missing       int     `json:"missing"`
+	Duplicated    int     `json:"duplicated"`
+	Unexpected    int     `json:"unexpected"`
+	WatchErrors   int     `json:"watchErrors"`
+	FellBehind    bool    `json:"fellBehind"`
+	Reason        string  `json:"reason,omitempty"`
+	PhaseSeconds  float64 `json:"phaseSeconds"`
+}
+
+func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error {
+	emptyKube, emptyIndex := rssMiB(s.kubePID), rssMiB(s.indexPID)
+	if err := load(ctx, s, o, res); err != nil {
+		return fmt.Errorf("loading pods: %w", err)
+	}
+	if err := waitIndexed(ctx, s, o); err != nil {
+		return err
+	}
+	time.Sleep(3 * time.Second)
+	pods := float64(res.Load.Pods)
+	for _, t := range []struct {
+		name       string
+		empty, now float64
+	}{{kubeTarget, emptyKube, rssMiB(s.kubePID)}, {indexTarget, emptyIndex, rssMiB(s.indexPID)}} {
+		res.RSS = append(res.RSS, RSSResult{Target: t.name, EmptyMiB: t.empty, LoadedMiB: t.now,
+			Per10kMiB: t.now / pods * 10000, DeltaPer10k: (t.now - t.empty) / pods * 10000})
+	}
+	logf("RSS after loading %d realistic pods: kube-apiserver %.0f MiB (+%.0f), index-apiserver %.0f MiB (+%.0f)",
+		res.Load.Pods, res.RSS[0].LoadedMiB, res.RSS[0].LoadedMiB-emptyKube, res.RSS[1].LoadedMiB, res.RSS[1].LoadedMiB-emptyIndex)
+	b, err := baseline(ctx, s, o)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	b.Round = 1
+	res.Baselines = append(res.Baselines, *b)
+	for _, sweep := range []struct {
+		kind  string
+		sizes []int
+	}{{"label", o.satLabel}, {"shard", o.satShards}} {
+		for _, tgt := range []string{kubeTarget, indexTarget} {
+			for _, n := range sweep.sizes {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				st := SaturationStep{Kind: sweep.kind, Target: tgt, Watchers: n}
+				t0 := time.Now()
+				r, err := watchPhase(ctx, s, o, tgt, sweep.kind, n, b)
+				st.PhaseSeconds = time.Since(t0).Seconds()
+				switch {
+				case err != nil:
+					st.FellBehind, st.Reason = true, err.Error()
+				default:
+					res.Watches = append(res.Watches, *r)
+					st.Events, st.P50ms, st.P99ms = r.Patches, r.P50ms, r.P99ms
+					st.CPUPer1kAbove = r.ServerCPUPer1kAbove
+					st.CPUPerMin = r.ServerCPUPer1k * float64(o.patchRate) * 60 / 1000
+					st.Missing, st.Duplicated, st.Unexpected, st.WatchErrors = r.Missing, r.Duplicated, r.Unexpected, r.WatchErrors
+					st.RSSMiB = r.KubeRSSMiB
+					if tgt == indexTarget {
+						st.RSSMiB = r.IndexRSSMiB
+					}
+					switch {
+					case r.Missing > 0 || r.Duplicated > 0 || r.Unexpected > 0 || r.WatchErrors > 0:
+						st.FellBehind = true
+						st.Reason = fmt.Sprintf("%d missing, %d duplicated, %d unexpected, %d watch errors", r.Missing, r.Duplicated, r.Unexpected, r.WatchErrors)
+					case r.P99ms > float64(o.satP99.Milliseconds()):
+						st.FellBehind, st.Reason = true, fmt.Sprintf("delivery p99 %.0f ms > %v", r.P99ms, o.satP99)
+					case st.RSSMiB > o.satMaxRSS:
+						st.FellBehind, st.Reason = true, fmt.Sprintf("RSS %.0f MiB > %.0f", st.RSSMiB, o.satMaxRSS)
+					}
+				}
+				res.Saturation = append(res.Saturation, st)
+				logf("saturate %s %s %d: p99 %.0f ms, %.2f CPU-s/min, RSS %.0f MiB, fell behind %v %s", st.Kind, st.Target, n, st.P99ms, st.CPUPerMin, st.RSSMiB, st.FellBehind, st.Reason)
+				if st.FellBehind {
+					break
+				}
+				// Let closed watches and their buffers go before the next size.
+				time.Sleep(2 * time.Second)
+			}
+		}
+	}
+	return nil
+}

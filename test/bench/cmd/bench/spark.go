@@ -1,0 +1,94 @@
+package main
+
+// The Spark fleet: N drivers, each with E executors (pods.go), each driver
+// watching its executors without a resourceVersion and LISTing them every
+// -spark-list-period, as Spark 4's ExecutorPodsWatchSnapshotSource and
+// ExecutorPodsPollingSnapshotSource do; it creates and deletes them, and
+// marks half of them inactive (spark-exec-inactive=true) before deleting.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+type driverRef struct{ ns, name, uid string }
+
+func ensureNamespaces(ctx context.Context, s *stackInfo, n int) error {
+	for i := 0; i < n; i++ {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleetNS(i, n)}}
+		if _, err := s.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// sparkDrivers creates the driver pods of apps [0, n) (once per run; they
+// stay as background pods).
+func sparkDrivers(ctx context.Context, s *stackInfo, o options, n int) ([]driverRef, error) {
+	out := make([]driverRef, n)
+	_, err := atRate(ctx, n, 0, 16, func(a int) error {
+		ns := fleetNS(a, o.fleetNamespaces)
+		p := sparkDriverPod(ns, a, nodeName(a%o.fleetNodes))
+		got, err := s.client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		out[a] = driverRef{ns, got.Name, string(got.UID)}
+		return nil
+	})
+	return out, err
+}
+
+func sparkFleet(ctx context.Context, s *stackInfo, o options, res *Results) error {
+	if len(o.sparkDrivers) == 0 {
+		return nil
+	}
+	if err := ensureNamespaces(ctx, s, o.fleetNamespaces); err != nil {
+		return err
+	}
+	maxN := 0
+	for _, n := range o.sparkDrivers {
+		maxN = max(maxN, n)
+	}
+	logf("spark: creating %d driver pods", maxN)
+	drivers, err := sparkDrivers(ctx, s, o, maxN)
+	if err != nil {
+		return fmt.Errorf("spark drivers: %w", err)
+	}
+	res.FleetBackground += maxN
+	for _, n := range o.sparkDrivers {
+		f := &labelFleet{
+			workload: "spark", n: n, per: o.sparkExecutors,
+			ns:       func(a int) string { return drivers[a].ns },
+			selector: func(a int) string { return sparkExecutorSelector(sparkAppID(a)) },
+			pod: func(a, i int) *corev1.Pod {
+				d := drivers[a]
+				return sparkExecutorPod(d.ns, a, d.name, d.uid, i+1, nodeName((a*o.sparkExecutors+i)%o.fleetNodes))
+			},
+			listPeriod:   o.sparkListPeriod,
+			markInactive: func(i int) bool { return i%2 == 1 },
+		}
+		for _, way := range o.ways {
+			r, err := runLabelFleet(ctx, s, o, f, way, res.FleetBackground)
+			if err != nil {
+				return fmt.Errorf("spark %d %s: %w", n, way, err)
+			}
+			res.Fleets = append(res.Fleets, *r)
+			checkFleet(r, res)
+		}
+	}
+	return nil
+}
+
+func checkFleet(r *FleetResult, res *Results) {
+	if !r.ok() {
+		res.Failures = append(res.Failures, strings.TrimSpace(fmt.Sprintf("%s fleet %d×%d %s: missing %d, duplicated %d, unexpected %d, watch errors %d, views differing %d, write errors %d, LIST errors %d %s",
+			r.Workload, r.Size, r.PerClient, r.Way, r.Missing, r.Duplicated, r.Unexpected, r.WatchErrors, r.ViewMismatches, r.WriteErrors, r.ListErrors, r.FirstError)))
+	}
+}
