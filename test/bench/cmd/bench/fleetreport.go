@@ -60,6 +60,9 @@ func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 		switch r.Workload {
 		case "spark":
 			size = fmt.Sprintf("%d drivers × %d executors", r.Size, r.PerClient)
+			if r.Size == 0 {
+				size = "write floor: status updates only, no readers"
+			}
 		case "flink":
 			size = fmt.Sprintf("%d job managers × %d task managers", r.Size, r.PerClient)
 		case "sharded":

@@ -1,7 +1,10 @@
 // Command bench measures index-apiserver side by side with kube-apiserver on
 // one machine (DESIGN.md §9). It starts the real stack with hack/local-up.sh
-// (its own LOCAL_DIR under _output/bench, free ports, no demo data), loads
-// pods through kube-apiserver, then measures:
+// (its own LOCAL_DIR under _output/bench, free ports, no demo data) and runs
+// one of these modes (-mode):
+//
+// engine (default): synthetic pods (or -realistic ones) loaded through
+// kube-apiserver, then
 //
 //   - LIST latency (p50/p99) by label, cluster-wide and namespaced, with
 //     resourceVersion=0 and consistent, against kube-apiserver /api/v1,
@@ -21,18 +24,43 @@
 //     the aggregator and directly at index-apiserver, with kube-apiserver's
 //     CPU per request (LIST) and per 1k events (WATCH) in each case.
 //
-// It writes JSON (-json) and, unless -smoke, appends a Markdown table to
-// docs/benchmarks.md (-markdown). -smoke runs tiny sizes in well under a
-// minute and fails unless every watcher got exactly its events and both
-// servers answer the same LISTs; `make test` runs it.
+// spark, flink, sharded, fleets (all three): fleets of clients doing what
+// Spark 4 drivers, Flink job managers and sharded kube-state-metrics-like
+// controllers do, on realistic pods and nodes (pods.go), each size run each
+// way (-ways): all at kube-apiserver; reads through the aggregator (indexing
+// group); through the aggregator under the cluster proxy prefix; directly at
+// index-apiserver under the prefix. Per way: both servers' CPU-seconds per
+// minute and RSS, per-client delivery latency, LIST latency, and exact
+// accounting of every client's events plus its final view against
+// kube-apiserver's (labelfleet.go, sharded.go, ledger.go).
 //
-// Watch phases run -repeat times, each round with its own baseline; the
-// tables give the median and range, and a PNG plot of the watch CPU lands next
-// to the JSON. -pprof saves index-apiserver's CPU and heap profiles per phase.
+// saturate: realistic pods (-sat-pods), then label watchers
+// (-sat-label-watchers) and shard watchers (-sat-shard-watchers) raised on
+// each server until it falls behind (saturate.go).
+//
+// It writes JSON (-json) and, unless -smoke, appends a Markdown section to
+// docs/benchmarks.md (-markdown) and a PNG next to the JSON. -smoke runs tiny
+// sizes of the engine phases and of each fleet (kube and direct) in under a
+// minute and fails unless every watcher got exactly its events, every
+// client's view equals kube-apiserver's and both servers answer the same
+// LISTs; `make test` runs it.
+//
+// Files: main.go (flags, run), stack.go (hack/local-up.sh), load.go, api.go
+// (raw HTTP LIST, URLs), measure.go (CPU and RSS from /proc, percentiles),
+// ledger.go (event accounting, watch streams), list.go and watch.go (engine
+// phases), pods.go (realistic objects), fleet.go (ways, REST writes, meters),
+// labelfleet.go + spark.go + flink.go, sharded.go, fleets.go, saturate.go,
+// summary.go, report.go, fleetreport.go, plot.go.
+//
+// Engine watch phases run -repeat times, each round with its own baseline;
+// the tables give the median and range. -pprof saves index-apiserver's CPU
+// and heap profiles per phase.
 //
 //	go run ./test/bench/cmd/bench -smoke
 //	go run ./test/bench/cmd/bench                          # 50k pods, 3 rounds (~20 min)
 //	go run ./test/bench/cmd/bench -apps 500 -repeat 1      # 10k pods, one round
+//	go run ./test/bench/cmd/bench -mode fleets -spark-drivers 100,500 -flink-jobs 100 -sharded-replicas 16,1024
+//	go run ./test/bench/cmd/bench -mode saturate -sat-pods 20000 -sat-label-watchers 1000,2000,5000,10000 -sat-shard-watchers 1024,4096
 package main
 
 import (

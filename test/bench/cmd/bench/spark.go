@@ -62,6 +62,18 @@ func sparkFleet(ctx context.Context, s *stackInfo, o options, res *Results) erro
 		return fmt.Errorf("spark drivers: %w", err)
 	}
 	res.FleetBackground += maxN
+	// The write floor: the same status updates with no readers at all.
+	for _, way := range o.ways {
+		if way != wayKube && way != wayDirect || o.smoke {
+			continue
+		}
+		r, err := writeFloor(ctx, s, o, way, drivers)
+		if err != nil {
+			return fmt.Errorf("write floor %s: %w", way, err)
+		}
+		res.Fleets = append(res.Fleets, *r)
+		checkFleet(r, res)
+	}
 	for _, n := range o.sparkDrivers {
 		f := &labelFleet{
 			workload: "spark", n: n, per: o.sparkExecutors,
@@ -91,4 +103,31 @@ func checkFleet(r *FleetResult, res *Results) {
 		res.Failures = append(res.Failures, strings.TrimSpace(fmt.Sprintf("%s fleet %d×%d %s: missing %d, duplicated %d, unexpected %d, watch errors %d, views differing %d, write errors %d, LIST errors %d %s",
 			r.Workload, r.Size, r.PerClient, r.Way, r.Missing, r.Duplicated, r.Unexpected, r.WatchErrors, r.ViewMismatches, r.WriteErrors, r.ListErrors, r.FirstError)))
 	}
+}
+
+// writeFloor measures the steady window's writes alone: pod status updates at
+// -fleet-status-rate for -fleet-duration, sent the way's way (directly, or
+// passed through index-apiserver's cluster proxy), with no watchers or
+// LISTs. What a fleet costs kube-apiserver above this is its reads.
+func writeFloor(ctx context.Context, s *stackInfo, o options, way string, drivers []driverRef) (*FleetResult, error) {
+	r := &FleetResult{Workload: "spark", Size: 0, Way: way, Pods: len(drivers)}
+	fw, err := newFleetWay(s, way, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer fw.close()
+	logf("write floor, %s: %.0f status updates/s for %v, no readers", wayTitles[way], o.fleetStatusRate, o.fleetDuration)
+	m := startMeter(s)
+	n := int(o.fleetStatusRate * o.fleetDuration.Seconds())
+	errs, err := atRate(ctx, n, o.fleetStatusRate, 8, func(u int) error {
+		d := drivers[(u*7919)%len(drivers)]
+		_, err := fw.write.patch(ctx, "/namespaces/"+d.ns+"/pods/"+d.name+"/status", smpType, statusPatch(u+1))
+		return err
+	})
+	r.Steady = m.stop()
+	r.Whole = r.Steady
+	r.Writes, r.WriteErrors = n, errs
+	r.noteErr(err)
+	r.log()
+	return r, nil
 }
