@@ -263,6 +263,56 @@ func (m *meter) stop() Usage {
 	return Usage{Seconds: d, KubeCPUPerMin: (k1 - m.k0) * 60 / d, IndexCPUPerMin: (i1 - m.i0) * 60 / d, KubeRSSMiB: m.kRSS, IndexRSSMiB: m.iRSS}
 }
 
+// guard cancels a way when a server's RSS passes limit MiB (the server has
+// fallen over; on a shared machine it must not take the others with it).
+type guard struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	reason string
+	done   chan struct{}
+}
+
+func startGuard(ctx context.Context, s *stackInfo, limit float64) *guard {
+	g := &guard{done: make(chan struct{})}
+	g.ctx, g.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(g.done)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-g.ctx.Done():
+				return
+			case <-t.C:
+			}
+			for _, p := range []struct {
+				name string
+				pid  int
+			}{{kubeTarget, s.kubePID}, {indexTarget, s.indexPID}} {
+				if rss := rssMiB(p.pid); limit > 0 && rss > limit {
+					g.mu.Lock()
+					g.reason = fmt.Sprintf("%s RSS %.0f MiB > %.0f MiB: fell over, way stopped", p.name, rss, limit)
+					g.mu.Unlock()
+					logf("  %s", g.reason)
+					g.cancel()
+					return
+				}
+			}
+		}
+	}()
+	return g
+}
+
+// stop ends the guard and says why it tripped ("" if it did not).
+func (g *guard) stop() string {
+	g.cancel()
+	<-g.done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reason
+}
+
 // FleetResult is one fleet workload at one size, run one way.
 type FleetResult struct {
 	Workload string `json:"workload"` // spark | flink | sharded
@@ -293,6 +343,8 @@ type FleetResult struct {
 	ListP50ms      float64 `json:"listP50ms"`
 	ListP99ms      float64 `json:"listP99ms"`
 	FirstError     string  `json:"firstError,omitempty"`
+	// FellOver says why the way was stopped (-fleet-max-rss-mib).
+	FellOver string `json:"fellOver,omitempty"`
 }
 
 func (r *FleetResult) ok() bool {

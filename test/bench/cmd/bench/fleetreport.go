@@ -56,6 +56,10 @@ func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 		}
 	}
 	for _, r := range res.Fleets {
+		if r.FellOver != "" {
+			fmt.Fprintf(&b, "| %s | %d × %d | %s | **fell over**: %s | | | | | | | |\n", r.Workload, r.Size, r.PerClient, wayTitles[r.Way], r.FellOver)
+			continue
+		}
 		size := fmt.Sprintf("%d", r.Size)
 		switch r.Workload {
 		case "spark":

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 type labelFleet struct {
@@ -49,6 +50,35 @@ type fleetPod struct {
 // at o.fleetStatusRate (plus periodic LISTs and side writes), a check of
 // every client's view against kube-apiserver, then delete the pods.
 func runLabelFleet(ctx context.Context, s *stackInfo, o options, f *labelFleet, way string, podsInCluster int) (*FleetResult, error) {
+	g := startGuard(ctx, s, o.fleetMaxRSS)
+	r, err := runLabelFleetGuarded(g.ctx, s, o, f, way, podsInCluster)
+	if reason := g.stop(); reason != "" {
+		r = &FleetResult{Workload: f.workload, Size: f.n, PerClient: f.per, Way: way, Watches: f.n, FellOver: reason}
+		// Remove what the stopped way created, so the next way starts clean.
+		for i := 0; i < o.fleetNamespaces; i++ {
+			err := s.client.CoreV1().Pods(fleetNS(i, o.fleetNamespaces)).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)},
+				metav1.ListOptions{LabelSelector: wayLabel + "=" + way})
+			if err != nil {
+				return nil, fmt.Errorf("cleaning up after %s: %w", reason, err)
+			}
+		}
+		for a := 0; a < f.n && f.sideClean != nil; a++ {
+			fw, err := newFleetWay(s, wayKube, 1)
+			if err == nil {
+				_ = f.sideClean(ctx, fw, a)
+				fw.close()
+			}
+		}
+		logf("  %s %d×%d %s: %s", f.workload, f.n, f.per, way, reason)
+		return r, nil
+	}
+	return r, err
+}
+
+// wayLabel marks the pods a fleet way creates.
+const wayLabel = "bench.indexing.k8s.io/way"
+
+func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *labelFleet, way string, podsInCluster int) (*FleetResult, error) {
 	r := &FleetResult{Workload: f.workload, Size: f.n, PerClient: f.per, Way: way, Watches: f.n, Pods: podsInCluster + f.n*f.per}
 	fw, err := newFleetWay(s, way, f.n/40+2)
 	if err != nil {
@@ -98,6 +128,7 @@ func runLabelFleet(ctx context.Context, s *stackInfo, o options, f *labelFleet, 
 	_, err = atRate(ctx, len(pods), o.fleetCreateRate, 16, func(k int) error {
 		a, i := k%f.n, k/f.n
 		p := f.pod(a, i)
+		p.Labels[wayLabel] = way
 		fp := &fleetPod{a: a, i: i, ns: p.Namespace, name: p.Name}
 		pods[k] = fp
 		key := p.Namespace + "/" + p.Name

@@ -134,6 +134,7 @@ type options struct {
 	fleetStatusRate   float64
 	fleetCreateRate   float64
 	fleetDuration     time.Duration
+	fleetMaxRSS       float64
 
 	// Saturation sweep.
 	satLabel  []int
@@ -180,6 +181,7 @@ func main() {
 	flag.Float64Var(&o.fleetStatusRate, "fleet-status-rate", 100, "fleet modes: pod status updates per second (total) in the steady window")
 	flag.Float64Var(&o.fleetCreateRate, "fleet-create-rate", 200, "fleet modes: pods created (and later deleted) per second")
 	flag.DurationVar(&o.fleetDuration, "fleet-duration", 30*time.Second, "fleet modes: steady window per way")
+	flag.Float64Var(&o.fleetMaxRSS, "fleet-max-rss-mib", 4096, "fleet modes: stop a way when either server's RSS passes this (it has fallen over; 0: never)")
 	flag.StringVar(&satLabel, "sat-label-watchers", "1000,2000,5000,10000,20000", "saturate: label watcher counts (one app each)")
 	flag.StringVar(&satShards, "sat-shard-watchers", "1024,4096,16384", "saturate: shard watcher counts")
 	flag.IntVar(&o.satPods, "sat-pods", 150000, "saturate: realistic pods loaded")

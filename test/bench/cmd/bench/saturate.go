@@ -9,8 +9,32 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 )
+
+func saveURL(ctx context.Context, c *http.Client, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, b, 0o644)
+}
 
 // SaturationStep is one server at one watcher count.
 type SaturationStep struct {
@@ -53,6 +77,14 @@ func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error 
 	}
 	logf("RSS after loading %d realistic pods: kube-apiserver %.0f MiB (+%.0f), index-apiserver %.0f MiB (+%.0f)",
 		res.Load.Pods, res.RSS[0].LoadedMiB, res.RSS[0].LoadedMiB-emptyKube, res.RSS[1].LoadedMiB, res.RSS[1].LoadedMiB-emptyIndex)
+	// index-apiserver's heap after the load (what holds the memory: objects,
+	// indexes, event window): go tool pprof -top -inuse_space <file>.
+	heap := filepath.Join("_output", "bench", "saturate-index-heap-"+res.Started.Format("20060102T150405Z")+".pprof")
+	if err := saveURL(ctx, s.indexHTTP, s.indexURL+"/debug/pprof/heap?gc=1", heap); err != nil {
+		logf("heap profile: %v", err)
+	} else {
+		logf("wrote index-apiserver's heap profile to %s", heap)
+	}
 	b, err := baseline(ctx, s, o)
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
