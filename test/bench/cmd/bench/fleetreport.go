@@ -93,8 +93,13 @@ func writeFleetPlot(path string, fleets []FleetResult) error {
 	var panels []*plot.Plot
 	for _, wl := range []struct{ name, x string }{{"spark", "Spark drivers"}, {"flink", "Flink job managers"}, {"sharded", "shard replicas"}} {
 		series := map[string]plotter.XYs{}
+		floor := map[string]float64{}
 		for _, r := range fleets {
-			if r.Workload == wl.name {
+			if r.Workload == wl.name && r.Size == 0 {
+				floor[r.Way] = r.Steady.KubeCPUPerMin
+				continue
+			}
+			if r.Workload == wl.name && r.FellOver == "" {
 				series[r.Way] = append(series[r.Way], plotter.XY{X: float64(r.Size), Y: r.Steady.KubeCPUPerMin})
 			}
 		}
@@ -122,6 +127,19 @@ func writeFleetPlot(path string, fleets []FleetResult) error {
 			line.Color, points.Color = wayColors[w], wayColors[w]
 			p.Add(line, points)
 			p.Legend.Add(wayTitles[w], line, points)
+			if f, ok := floor[w]; ok && len(xy) > 0 {
+				lo, hi := xy[0].X, xy[0].X
+				for _, pt := range xy {
+					lo, hi = min(lo, pt.X), max(hi, pt.X)
+				}
+				fl, err := plotter.NewLine(plotter.XYs{{X: lo, Y: f}, {X: hi, Y: f}})
+				if err != nil {
+					return err
+				}
+				fl.Color, fl.Dashes = wayColors[w], []vg.Length{vg.Points(4), vg.Points(3)}
+				p.Add(fl)
+				p.Legend.Add(wayTitles[w]+": writes alone (no readers)", fl)
+			}
 		}
 		panels = append(panels, p)
 	}

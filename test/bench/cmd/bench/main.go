@@ -65,6 +65,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -135,6 +136,9 @@ type options struct {
 	fleetCreateRate   float64
 	fleetDuration     time.Duration
 	fleetMaxRSS       float64
+	// fromJSON re-renders the Markdown and PNG of an earlier run's JSON
+	// (same mode and fleet flags) without starting a stack.
+	fromJSON string
 
 	// Saturation sweep.
 	satLabel  []int
@@ -182,6 +186,7 @@ func main() {
 	flag.Float64Var(&o.fleetCreateRate, "fleet-create-rate", 200, "fleet modes: pods created (and later deleted) per second")
 	flag.DurationVar(&o.fleetDuration, "fleet-duration", 30*time.Second, "fleet modes: steady window per way")
 	flag.Float64Var(&o.fleetMaxRSS, "fleet-max-rss-mib", 4096, "fleet modes: stop a way when either server's RSS passes this (it has fallen over; 0: never)")
+	flag.StringVar(&o.fromJSON, "from-json", "", "re-render the Markdown section and PNG of this earlier JSON result (pass the run's -mode and sizes flags too); no stack")
 	flag.StringVar(&satLabel, "sat-label-watchers", "1000,2000,5000,10000,20000", "saturate: label watcher counts (one app each)")
 	flag.StringVar(&satShards, "sat-shard-watchers", "1024,4096,16384", "saturate: shard watcher counts")
 	flag.IntVar(&o.satPods, "sat-pods", 150000, "saturate: realistic pods loaded")
@@ -299,6 +304,21 @@ func run(ctx context.Context, o options) int {
 		return 1
 	}
 	res := &Results{Started: start.UTC(), Smoke: o.smoke, Machine: machine(), Parameters: o}
+	if o.fromJSON != "" {
+		b, err := os.ReadFile(o.fromJSON)
+		if err == nil {
+			err = json.Unmarshal(b, res)
+		}
+		if err == nil {
+			o.jsonOut = o.fromJSON
+			err = writeResults(o, res)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
 	s, stop, err := startStack(ctx, root, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
