@@ -87,63 +87,103 @@ func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 	return b.String()
 }
 
-// writeFleetPlot draws kube-apiserver's steady CPU-s/min against the fleet
-// size, one line per way, one panel per workload.
+// writeFleetPlot draws, per workload, grouped bars (one per way) for each
+// fleet size: kube-apiserver's steady CPU-s per minute, index-apiserver's,
+// and the delivery p99; the write floor (the status updates alone, no
+// readers) as a dashed line on the kube-apiserver panel.
 func writeFleetPlot(path string, fleets []FleetResult) error {
-	var panels []*plot.Plot
-	for _, wl := range []struct{ name, x string }{{"spark", "Spark drivers"}, {"flink", "Flink job managers"}, {"sharded", "shard replicas"}} {
-		series := map[string]plotter.XYs{}
-		floor := map[string]float64{}
+	var rows [][]*plot.Plot
+	for _, wl := range []string{"spark", "flink", "sharded"} {
+		var sizes []int
+		floor := 0.0
 		for _, r := range fleets {
-			if r.Workload == wl.name && r.Size == 0 {
-				floor[r.Way] = r.Steady.KubeCPUPerMin
+			if r.Workload != wl {
 				continue
 			}
-			if r.Workload == wl.name && r.FellOver == "" {
-				series[r.Way] = append(series[r.Way], plotter.XY{X: float64(r.Size), Y: r.Steady.KubeCPUPerMin})
+			if r.Size == 0 {
+				if r.Way == wayKube {
+					floor = r.Steady.KubeCPUPerMin
+				}
+				continue
+			}
+			if len(sizes) == 0 || sizes[len(sizes)-1] != r.Size {
+				sizes = append(sizes, r.Size)
 			}
 		}
-		if len(series) == 0 {
+		if len(sizes) == 0 {
 			continue
 		}
-		p := plot.New()
-		p.Title.Text = wl.name + ": kube-apiserver CPU"
-		p.X.Label.Text = wl.x + " (log scale)"
-		p.Y.Label.Text = "kube-apiserver CPU-s / minute (steady)"
-		p.X.Scale = plot.LogScale{}
-		p.X.Tick.Marker = plot.LogTicks{}
-		p.Y.Min = 0
-		p.Add(plotter.NewGrid())
-		p.Legend.Top, p.Legend.Left = true, true
-		for _, w := range []string{wayKube, wayAggregator, wayAggProxy, wayDirect} {
-			xy := series[w]
-			if len(xy) == 0 {
-				continue
+		var row []*plot.Plot
+		for _, m := range []struct {
+			title string
+			val   func(FleetResult) float64
+		}{
+			{"kube-apiserver CPU-s / min", func(r FleetResult) float64 { return r.Steady.KubeCPUPerMin }},
+			{"index-apiserver CPU-s / min", func(r FleetResult) float64 { return r.Steady.IndexCPUPerMin }},
+			{"delivery p99 ms", func(r FleetResult) float64 { return r.P99ms }},
+		} {
+			p := plot.New()
+			p.Title.Text = wl + ": " + m.title
+			p.Y.Min = 0
+			p.Add(plotter.NewGrid())
+			p.Legend.Top = true
+			var names []string
+			for _, n := range sizes {
+				names = append(names, fmt.Sprint(n))
 			}
-			line, points, err := plotter.NewLinePoints(xy)
-			if err != nil {
-				return err
-			}
-			line.Color, points.Color = wayColors[w], wayColors[w]
-			p.Add(line, points)
-			p.Legend.Add(wayTitles[w], line, points)
-			if f, ok := floor[w]; ok && len(xy) > 0 {
-				lo, hi := xy[0].X, xy[0].X
-				for _, pt := range xy {
-					lo, hi = min(lo, pt.X), max(hi, pt.X)
+			p.NominalX(names...)
+			p.X.Label.Text = map[string]string{"spark": "drivers", "flink": "job managers", "sharded": "replicas"}[wl]
+			w := vg.Points(12)
+			ways := []string{wayKube, wayAggregator, wayAggProxy, wayDirect}
+			for i, way := range ways {
+				vals := make(plotter.Values, len(sizes))
+				any := false
+				for j, n := range sizes {
+					for _, r := range fleets {
+						if r.Workload == wl && r.Size == n && r.Way == way && r.FellOver == "" {
+							vals[j], any = m.val(r), true
+						}
+					}
 				}
-				fl, err := plotter.NewLine(plotter.XYs{{X: lo, Y: f}, {X: hi, Y: f}})
+				if !any {
+					continue
+				}
+				bars, err := plotter.NewBarChart(vals, w)
 				if err != nil {
 					return err
 				}
-				fl.Color, fl.Dashes = wayColors[w], []vg.Length{vg.Points(4), vg.Points(3)}
-				p.Add(fl)
-				p.Legend.Add(wayTitles[w]+": writes alone (no readers)", fl)
+				bars.Color = wayColors[way]
+				bars.LineStyle.Width = 0
+				bars.Offset = w * vg.Length(float64(i)-1.5)
+				p.Add(bars)
+				if len(row) == 0 {
+					p.Legend.Add(wayTitles[way], bars)
+				}
 			}
+			if floor > 0 && len(row) == 0 {
+				fl, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: floor}, {X: float64(len(sizes)) - 0.5, Y: floor}})
+				if err != nil {
+					return err
+				}
+				fl.Color, fl.Dashes = wayColors[wayKube], []vg.Length{vg.Points(4), vg.Points(3)}
+				p.Add(fl)
+				p.Legend.Add("kube-apiserver: the writes alone", fl)
+			}
+			if len(row) == 0 {
+				// Head room for the legend.
+				top := floor
+				for _, r := range fleets {
+					if r.Workload == wl {
+						top = max(top, m.val(r))
+					}
+				}
+				p.Y.Max = top * 1.8
+			}
+			row = append(row, p)
 		}
-		panels = append(panels, p)
+		rows = append(rows, row)
 	}
-	return drawPanels(path, [][]*plot.Plot{panels})
+	return drawPanels(path, rows)
 }
 
 // drawPanels writes rows of panels as one PNG.
