@@ -45,3 +45,37 @@ func TestMarkdownTables(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetAndSaturationMarkdown: the fleet and saturation tables have as
+// many cells in each row as in their header, a stopped way included.
+func TestFleetAndSaturationMarkdown(t *testing.T) {
+	res := &Results{Started: time.Unix(0, 0).UTC(), Fleets: []FleetResult{
+		{Workload: "spark", Size: 0, Way: wayKube},
+		{Workload: "spark", Size: 10, PerClient: 2, Way: wayKube},
+		{Workload: "spark", Size: 10, PerClient: 2, Way: wayDirect},
+		{Workload: "spark", Size: 20, PerClient: 2, Way: wayKube, FellOver: "kube-apiserver RSS"},
+		{Workload: "sharded", Size: 16, Way: wayAggProxy},
+	}, Saturation: []SaturationStep{{Kind: "label", Target: kubeTarget, Watchers: 1000}, {Kind: "shard", Target: indexTarget, Watchers: 1024, FellBehind: true, Reason: "p99"}}}
+	for name, md := range map[string]string{"fleet": fleetMarkdown(res, options{}, "x.json", ""), "saturation": saturationMarkdown(res, options{}, "x.json", "")} {
+		cells := -1
+		for _, l := range strings.Split(md, "\n") {
+			if !strings.HasPrefix(l, "|") {
+				cells = -1
+				continue
+			}
+			n := strings.Count(l, "|")
+			if cells < 0 {
+				cells = n
+			} else if n != cells {
+				t.Errorf("%s: row with %d cells under a header with %d: %s", name, n-1, cells-1, l)
+			}
+		}
+	}
+	dir := t.TempDir()
+	if err := writeFleetPlot(dir+"/f.png", res.Fleets); err != nil {
+		t.Error(err)
+	}
+	if err := writeSaturationPlot(dir+"/s.png", res.Saturation); err != nil {
+		t.Error(err)
+	}
+}
