@@ -166,6 +166,10 @@ func newFleetWay(s *stackInfo, name string, conns int) (*fleetWay, error) {
 
 func (w *fleetWay) close() { w.read.close(); w.write.close() }
 
+// statusWorkers is how many writers keep the status rate when each write
+// takes up to half a second (a loaded machine, writes through the proxy).
+func statusWorkers(o options) int { return max(8, int(o.fleetStatusRate/2)) }
+
 // atRate calls fn(i) for i in [0, n) at rate calls per second (0: as fast
 // as workers allow) from workers goroutines; it returns the errors.
 func atRate(ctx context.Context, n int, rate float64, workers int, fn func(i int) error) (int, error) {
@@ -326,10 +330,14 @@ type FleetResult struct {
 	// Steady is the window of fixed-rate status updates (and periodic LISTs,
 	// lease and ConfigMap writes); Whole adds start-up (watches, creates) and
 	// tear-down (deletes).
-	Steady      Usage `json:"steady"`
-	Whole       Usage `json:"whole"`
-	Writes      int   `json:"writes"`
-	WriteErrors int   `json:"writeErrors"`
+	Steady Usage `json:"steady"`
+	Whole  Usage `json:"whole"`
+	// StatusRate is the pod status updates per second the steady window
+	// achieved (-fleet-status-rate is the goal; slow writes stretch the
+	// window, and then its CPU per minute carries fewer writes).
+	StatusRate  float64 `json:"steadyStatusUpdatesPerSecond"`
+	Writes      int     `json:"writes"`
+	WriteErrors int     `json:"writeErrors"`
 	Tally
 	WatchErrors int `json:"watchErrors"`
 	// Clients whose final view (object -> resourceVersion) differs from a

@@ -44,7 +44,7 @@ func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 		"Ratio: kube-apiserver's steady CPU against the same fleet all at kube-apiserver, same run. Delivery: write sent → event received, every event " +
 		"of every client. LIST: Spark's periodic LISTs, Flink's initial LIST, the sharded controller's WatchList initial sync. Events: expected; " +
 		"missing / duplicated / unexpected; clients whose final view differs from kube-apiserver's.\n\n")
-	b.WriteString("| workload | size | way | kube-apiserver CPU-s/min | ratio | index-apiserver CPU-s/min | index-apiserver RSS MiB | delivery p50 / p99 ms | LIST p50 / p99 ms | events | missing / dup / unexp / views | writes |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| workload | size | way | kube-apiserver CPU-s/min | ratio | index-apiserver CPU-s/min | status updates/s | index-apiserver RSS MiB | delivery p50 / p99 ms | LIST p50 / p99 ms | events | missing / dup / unexp / views | writes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type key struct {
 		w    string
 		n, e int
@@ -57,7 +57,7 @@ func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 	}
 	for _, r := range res.Fleets {
 		if r.FellOver != "" {
-			fmt.Fprintf(&b, "| %s | %d × %d | %s | **fell over**: %s | | | | | | | | |\n", r.Workload, r.Size, r.PerClient, wayTitles[r.Way], r.FellOver)
+			fmt.Fprintf(&b, "| %s | %d × %d | %s | **fell over**: %s | | | | | | | | | |\n", r.Workload, r.Size, r.PerClient, wayTitles[r.Way], r.FellOver)
 			continue
 		}
 		size := fmt.Sprintf("%d", r.Size)
@@ -72,9 +72,13 @@ func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 		case "sharded":
 			size = fmt.Sprintf("%d replicas (pods + nodes)", r.Size)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %.2f [%.2f] | %s | %.2f [%.2f] | %.0f | %.1f / %.1f | %.1f / %.1f | %d | %d / %d / %d / %d | %d |\n",
+		rate := fmt.Sprintf("%.0f", r.StatusRate)
+		if r.StatusRate > 0 && r.StatusRate < 0.95*o.fleetStatusRate {
+			rate += " (**below the goal**)"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.2f [%.2f] | %s | %.2f [%.2f] | %s | %.0f | %.1f / %.1f | %.1f / %.1f | %d | %d / %d / %d / %d | %d |\n",
 			r.Workload, size, wayTitles[r.Way], r.Steady.KubeCPUPerMin, r.Whole.KubeCPUPerMin, ratio(r.Steady.KubeCPUPerMin, kubeOf[key{r.Workload, r.Size, r.PerClient}]),
-			r.Steady.IndexCPUPerMin, r.Whole.IndexCPUPerMin, r.Whole.IndexRSSMiB, r.P50ms, r.P99ms, r.ListP50ms, r.ListP99ms, r.Expected,
+			r.Steady.IndexCPUPerMin, r.Whole.IndexCPUPerMin, rate, r.Whole.IndexRSSMiB, r.P50ms, r.P99ms, r.ListP50ms, r.ListP99ms, r.Expected,
 			r.Missing, r.Duplicated, r.Unexpected, r.ViewMismatches, r.Writes)
 	}
 	if plotPath != "" {

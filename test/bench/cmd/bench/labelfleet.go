@@ -198,7 +198,7 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 		}
 	}
 	updates := int(o.fleetStatusRate * o.fleetDuration.Seconds())
-	_, err = atRate(ctx, updates, o.fleetStatusRate, 8, func(u int) error {
+	_, err = atRate(ctx, updates, o.fleetStatusRate, statusWorkers(o), func(u int) error {
 		fp := pods[(u*7919)%len(pods)]
 		gen := fp.statusGen.Add(1)
 		t0 := time.Now()
@@ -213,6 +213,7 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 	close(stop)
 	side.Wait()
 	r.Steady = steadyWin.stop()
+	r.StatusRate = float64(updates) / r.Steady.Seconds
 	if err != nil {
 		r.noteErr(fmt.Errorf("status updates: %w", err))
 	}

@@ -310,6 +310,13 @@ func run(ctx context.Context, o options) int {
 			err = json.Unmarshal(b, res)
 		}
 		if err == nil {
+			// Runs before the field: the steady window always sent
+			// -fleet-status-rate × -fleet-duration updates.
+			for i := range res.Fleets {
+				if f := &res.Fleets[i]; f.StatusRate == 0 && f.Steady.Seconds > 0 {
+					f.StatusRate = o.fleetStatusRate * o.fleetDuration.Seconds() / f.Steady.Seconds
+				}
+			}
 			o.jsonOut = o.fromJSON
 			err = writeResults(o, res)
 		}

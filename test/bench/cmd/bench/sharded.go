@@ -183,7 +183,7 @@ func runSharded(ctx context.Context, s *stackInfo, o options, n int, way string,
 			return err
 		})
 	}()
-	_, err = atRate(ctx, int(o.fleetStatusRate*o.fleetDuration.Seconds()), o.fleetStatusRate, 8, func(u int) error {
+	_, err = atRate(ctx, int(o.fleetStatusRate*o.fleetDuration.Seconds()), o.fleetStatusRate, statusWorkers(o), func(u int) error {
 		p := pods[(u*7919)%len(pods)]
 		g := p.gen.Add(1)
 		t := time.Now()
@@ -196,6 +196,7 @@ func runSharded(ctx context.Context, s *stackInfo, o options, n int, way string,
 	})
 	side.Wait()
 	r.Steady = steady.stop()
+	r.StatusRate = o.fleetStatusRate * o.fleetDuration.Seconds() / r.Steady.Seconds
 	r.Whole = combine(syncUse, r.Steady)
 	ledgers := make([]*ledger, len(ws))
 	for i, cw := range ws {

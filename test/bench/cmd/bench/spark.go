@@ -119,12 +119,13 @@ func writeFloor(ctx context.Context, s *stackInfo, o options, way string, driver
 	logf("write floor, %s: %.0f status updates/s for %v, no readers", wayTitles[way], o.fleetStatusRate, o.fleetDuration)
 	m := startMeter(s)
 	n := int(o.fleetStatusRate * o.fleetDuration.Seconds())
-	errs, err := atRate(ctx, n, o.fleetStatusRate, 8, func(u int) error {
+	errs, err := atRate(ctx, n, o.fleetStatusRate, statusWorkers(o), func(u int) error {
 		d := drivers[(u*7919)%len(drivers)]
 		_, err := fw.write.patch(ctx, "/namespaces/"+d.ns+"/pods/"+d.name+"/status", smpType, statusPatch(u+1))
 		return err
 	})
 	r.Steady = m.stop()
+	r.StatusRate = float64(n) / r.Steady.Seconds
 	r.Whole = r.Steady
 	r.Writes, r.WriteErrors = n, errs
 	r.noteErr(err)
