@@ -245,7 +245,15 @@ func writeSaturationPlot(path string, steps []SaturationStep) error {
 			p.X.Label.Text = kind + " watchers (log scale)"
 			p.Y.Label.Text = m.y
 			p.X.Scale = plot.LogScale{}
-			p.X.Tick.Marker = plot.LogTicks{}
+			var ticks plot.ConstantTicks
+			seen := map[int]bool{}
+			for _, s := range steps {
+				if s.Kind == kind && !seen[s.Watchers] {
+					seen[s.Watchers] = true
+					ticks = append(ticks, plot.Tick{Value: float64(s.Watchers), Label: fmt.Sprint(s.Watchers)})
+				}
+			}
+			p.X.Tick.Marker = ticks
 			if m.title == "delivery p99" {
 				p.Y.Scale = plot.LogScale{}
 				p.Y.Tick.Marker = plot.LogTicks{}
