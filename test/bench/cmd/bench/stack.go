@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -81,6 +83,11 @@ func startStack(ctx context.Context, root string, o options) (*stackInfo, func()
 		"ETCD_PORT="+strconv.Itoa(ports[0]), "ETCD_PEER_PORT="+strconv.Itoa(ports[1]),
 		"KUBE_APISERVER_PORT="+strconv.Itoa(ports[2]), "INDEX_APISERVER_PORT="+strconv.Itoa(ports[3]),
 		"INDEX_APISERVER_FLAGS="+o.indexFlags, "CLUSTER_PROXY="+clusterProxy)
+	// The stack's PIDs, read once it is up: hack/local-down.sh skips a
+	// process whose /proc/PID/exe is not the recorded binary path, which is
+	// the case when _output/bin/kube-apiserver is a symlink (it left every
+	// bench kube-apiserver running), so stop checks them itself.
+	var pids []int
 	stop := func() {
 		if o.keep {
 			logf("leaving the stack running: LOCAL_DIR=%s hack/local-down.sh", dir)
@@ -88,7 +95,11 @@ func startStack(ctx context.Context, root string, o options) (*stackInfo, func()
 		}
 		cmd := exec.Command(filepath.Join(root, "hack", "local-down.sh"))
 		cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = env, root, os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
+		err := cmd.Run()
+		if left := stopLeftovers(pids, dir); left != "" {
+			logf("hack/local-down.sh left %s running; stopped it", left)
+		}
+		if err != nil {
 			logf("stopping the stack: %v (logs in %s/logs)", err, dir)
 			return
 		}
@@ -132,6 +143,10 @@ func startStack(ctx context.Context, root string, o options) (*stackInfo, func()
 		stop()
 		return nil, nil, err
 	}
+	pids = []int{s.indexPID, s.kubePID}
+	if p, err := readPID(dir, "etcd"); err == nil {
+		pids = append(pids, p)
+	}
 	return s, stop, nil
 }
 
@@ -155,4 +170,33 @@ func readPID(dir, name string) (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// stopLeftovers stops (SIGTERM, then SIGKILL after 20 s) those of pids that
+// still run a process of this stack (its directory in the command line) and
+// names them.
+func stopLeftovers(pids []int, dir string) string {
+	ours := func(pid int) bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		return err == nil && strings.Contains(string(b), dir)
+	}
+	var left []string
+	for _, pid := range pids {
+		if !ours(pid) {
+			continue
+		}
+		left = append(left, strconv.Itoa(pid))
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		deadline := time.Now().Add(20 * time.Second)
+		for ours(pid) && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if ours(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if len(left) == 0 {
+		return ""
+	}
+	return "pid " + strings.Join(left, ", ")
 }
