@@ -235,7 +235,13 @@ func (p *Process) Alive() bool {
 		return false
 	}
 	exe = strings.TrimSuffix(exe, " (deleted)")
-	return exe == p.Binary
+	if exe == p.Binary {
+		return true
+	}
+	// /proc/PID/exe is the resolved path: a binary started through a
+	// symlink (a worktree linking _output/bin to another's) is still ours.
+	resolved, err := filepath.EvalSymlinks(p.Binary)
+	return err == nil && exe == resolved
 }
 
 // StopGrace is how long Stop waits after SIGTERM before it sends SIGKILL.
