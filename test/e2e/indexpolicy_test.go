@@ -32,6 +32,35 @@ func scrape(t *testing.T) map[string]float64 {
 // scrapeAt reads the /metrics of the index-apiserver replica at base.
 func scrapeAt(t *testing.T, base string) map[string]float64 {
 	t.Helper()
+	out := map[string]float64{}
+	metricLines(t, base, func(line string) {
+		if line == "" || strings.HasPrefix(line, "#") {
+			return
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			return
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return
+		}
+		name, labels := line[:i], map[string]string{}
+		if j := strings.IndexByte(name, '{'); j >= 0 {
+			for _, m := range labelRE.FindAllStringSubmatch(name[j:], -1) {
+				labels[m[1]] = m[2]
+			}
+			name = name[:j]
+		}
+		out[seriesName(name, labels)] = v
+	})
+	return out
+}
+
+// metricLines calls fn with each line of the /metrics of the replica at
+// base, read as the cluster admin.
+func metricLines(t *testing.T, base string, fn func(line string)) {
+	t.Helper()
 	cfg := rest.CopyConfig(adminConfig)
 	cfg.Host = base
 	hc, err := rest.HTTPClientFor(cfg)
@@ -46,35 +75,14 @@ func scrapeAt(t *testing.T, base string) map[string]float64 {
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics: %s", res.Status)
 	}
-	out := map[string]float64{}
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		name, labels := line[:i], map[string]string{}
-		if j := strings.IndexByte(name, '{'); j >= 0 {
-			for _, m := range labelRE.FindAllStringSubmatch(name[j:], -1) {
-				labels[m[1]] = m[2]
-			}
-			name = name[:j]
-		}
-		out[seriesName(name, labels)] = v
+		fn(sc.Text())
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return out
 }
 
 var labelRE = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"testing"
@@ -24,39 +22,19 @@ import (
 // name of every metric family it exports (# TYPE lines) and of every sample.
 func metricFamilies(t *testing.T, base string) map[string]bool {
 	t.Helper()
-	cfg := rest.CopyConfig(adminConfig)
-	cfg.Host = base
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := hc.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", res.Status)
-	}
 	out := map[string]bool{}
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	metricLines(t, base, func(line string) {
 		if f := strings.Fields(line); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
 			out[f[2]] = true
-			continue
+			return
 		}
 		if line == "" || strings.HasPrefix(line, "#") {
-			continue
+			return
 		}
 		if i := strings.IndexAny(line, "{ "); i > 0 {
 			out[line[:i]] = true
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	return out
 }
 
