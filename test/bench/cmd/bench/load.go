@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -101,20 +100,5 @@ feed:
 
 // waitIndexed waits until a consistent LIST of index-apiserver sees all pods.
 func waitIndexed(ctx context.Context, s *stackInfo, o options) error {
-	want := o.apps * o.podsPerApp
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		l, err := doList(ctx, s.indexHTTP, s.indexURL+indexGroup+"/pods?limit=1")
-		if err == nil && l.Remaining+int64(len(l.Items)) >= int64(want) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("index-apiserver did not list %d pods within 2m (last error %v)", want, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	return waitIndexedCount(ctx, s, o.apps*o.podsPerApp)
 }
