@@ -39,6 +39,7 @@ type CacheConfig struct {
 	WatchBuffer            int
 	SlowWatcherBudget      time.Duration
 	BookmarkInterval       time.Duration
+	RevisionReadInterval   time.Duration
 }
 
 // ExtraConfig is what index-apiserver adds to the generic server's config.
@@ -185,7 +186,7 @@ func (c CompletedConfig) authenticationCAsLoaded() healthz.HealthChecker {
 }
 
 func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
-	feed := upstream.NewFeed(res, c.ExtraConfig.KubeClient, c.ExtraConfig.ReadClient)
+	feed := upstream.NewFeed(res, c.ExtraConfig.KubeClient, c.ExtraConfig.ReadClient, c.ExtraConfig.Cache.RevisionReadInterval)
 	fields := make(map[string]indexcache.FieldFunc, len(res.Fields))
 	for name, fn := range res.Fields {
 		fields[name] = indexcache.FieldFunc(fn)

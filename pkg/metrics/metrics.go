@@ -97,6 +97,12 @@ var (
 		Help:           "Consistent reads (a LIST's single page or a GET) answered with a consistent read at kube-apiserver, because the cache could not prove itself fresh within --consistent-read-fallback (a LIST longer than one page: within --freshness-timeout).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
+	// RevisionReads counts the reads of upstream's current resourceVersion.
+	RevisionReads = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Name: "upstream_revision_reads_total",
+		Help:           "Reads of kube-apiserver's current resourceVersion that consistent reads wait on. Consistent reads arriving together, or within --consistent-read-revision-interval of the previous read, share one.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
 	// ProgressProbes counts the short watches that prove a quiet cache fresh.
 	ProgressProbes = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "progress_probes_total",
@@ -187,7 +193,7 @@ func Register() {
 		for _, m := range []metrics.Registerable{
 			Watchers, DispatchCandidates, WatchShards, FilteredEvents, EventsDispatched,
 			ListRequests, CacheObjects, IndexValues, CacheResourceVersion, ResourceVersionLag, SlowWatchersClosed,
-			UpstreamConnected, Relists, UpstreamReads, ProgressProbes,
+			UpstreamConnected, Relists, UpstreamReads, RevisionReads, ProgressProbes,
 			ClusterProxyRequests, ClusterProxyDuration, ClusterProxyBytes,
 			IndexEstimatedBytes, PolicyIndexes, MaxIndexesPerResource,
 			AdviceScannedObjects, AdviceFilteredOffers, AdviceWatchers, AdviceLists,

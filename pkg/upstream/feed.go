@@ -44,14 +44,21 @@ type Feed struct {
 	lastProbe    time.Time // when the last probe started
 }
 
+// DefaultRevisionReadInterval is the least time between two reads of
+// upstream's current resourceVersion: at most 50 a second per resource,
+// whatever the rate of consistent reads.
+const DefaultRevisionReadInterval = 20 * time.Millisecond
+
 // NewFeed returns a feed of res from client. readClient serves the reads
 // that follow client requests (upstream's current resourceVersion, shared
-// per round trip, and ReadUpstream); kube-apiserver's priority and fairness
-// bounds them, so it need not be rate limited on this side. Connect must be
-// called before Run.
-func NewFeed(res Resource, client, readClient kubernetes.Interface) *Feed {
+// per round trip and at most one per revisionInterval, and ReadUpstream);
+// kube-apiserver's priority and fairness bounds them, so it need not be
+// rate limited on this side. Connect must be called before Run.
+func NewFeed(res Resource, client, readClient kubernetes.Interface, revisionInterval time.Duration) *Feed {
 	f := &Feed{res: res, label: indexing.Resource(res.Name).String(), client: client, readClient: readClient}
+	f.revisions.interval = revisionInterval
 	f.revisions.read = func(ctx context.Context) (uint64, error) {
+		metrics.RevisionReads.WithLabelValues(f.label).Inc()
 		list, err := res.ListNothing(ctx, readClient)
 		if err != nil {
 			return 0, err
@@ -113,7 +120,8 @@ func (f *Feed) Run(ctx context.Context) {
 // CurrentResourceVersion asks upstream for its current resourceVersion with a
 // consistent list that matches nothing: a read that waits for the cache to
 // reach it sees every write that completed before it started. Callers that
-// arrive while a read is in flight share the next one (revisionReader).
+// arrive while a read is in flight, or within the interval after the last
+// one started, share the next one (revisionReader).
 func (f *Feed) CurrentResourceVersion(ctx context.Context) (uint64, error) {
 	return f.revisions.get(ctx)
 }

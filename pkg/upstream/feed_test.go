@@ -53,7 +53,7 @@ func TestProbeAdvancesOnlyAfterSeenEvents(t *testing.T) {
 	var cacheRV atomic.Uint64
 	cacheRV.Store(10)
 	sink := &recordingSink{}
-	f := NewFeed(Pods, client, client)
+	f := NewFeed(Pods, client, client, 0)
 	f.Connect(sink, cacheRV.Load)
 
 	done := make(chan error)
@@ -83,7 +83,7 @@ func TestProbeWithoutEventsAdvancesAtOnce(t *testing.T) {
 	fw := watch.NewFakeWithChanSize(1, false)
 	client.PrependWatchReactor("pods", func(clienttesting.Action) (bool, watch.Interface, error) { return true, fw, nil })
 	sink := &recordingSink{}
-	f := NewFeed(Pods, client, client)
+	f := NewFeed(Pods, client, client, 0)
 	f.Connect(sink, func() uint64 { return 7 })
 	fw.Action(watch.Bookmark, pod("9"))
 	if err := f.probe(); err != nil {
@@ -102,7 +102,7 @@ func TestCurrentResourceVersion(t *testing.T) {
 		}
 		return true, &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "4711"}}, nil
 	})
-	rv, err := NewFeed(Pods, client, client).CurrentResourceVersion(context.Background())
+	rv, err := NewFeed(Pods, client, client, 0).CurrentResourceVersion(context.Background())
 	if err != nil || rv != 4711 {
 		t.Fatalf("rv = %d, %v", rv, err)
 	}
@@ -152,7 +152,7 @@ func probeFeedAt(bookmark bool, cacheRV uint64) (*Feed, *recordingSink, chan *wa
 		return true, fw, nil
 	})
 	sink := &recordingSink{}
-	f := NewFeed(Pods, client, client)
+	f := NewFeed(Pods, client, client, 0)
 	f.Connect(sink, func() uint64 { return cacheRV })
 	return f, sink, watches
 }

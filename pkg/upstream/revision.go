@@ -14,14 +14,21 @@ const revisionReadTimeout = 10 * time.Second
 // reads. Callers that arrive while a read is in flight share the next one:
 // it starts after all of them arrived, so its answer is as new as each of
 // them needs, and upstream sees at most one such request per round trip
-// however many consistent reads are waiting.
+// however many consistent reads are waiting. With interval set, the next
+// read also waits until interval has passed since the previous one started,
+// so upstream sees at most one read per interval: under a steady stream of
+// consistent reads (a Spark fleet's polls) the reads are shared instead of
+// one each, at the cost of at most interval of latency, and a lone read
+// after a quiet spell starts at once.
 type revisionReader struct {
-	read func(context.Context) (uint64, error)
+	read     func(context.Context) (uint64, error)
+	interval time.Duration
 
-	mu      sync.Mutex
-	next    *revisionRead // not started yet; callers arriving now join it
-	running bool
-	latest  uint64 // the newest resourceVersion read
+	mu        sync.Mutex
+	next      *revisionRead // not started yet; callers arriving now join it
+	running   bool
+	lastStart time.Time
+	latest    uint64 // the newest resourceVersion read
 }
 
 type revisionRead struct {
@@ -50,17 +57,24 @@ func (r *revisionReader) get(ctx context.Context) (uint64, error) {
 }
 
 // loop runs the pending read, then the one joined meanwhile, until none is
-// pending.
+// pending. Callers arriving while it waits out the interval join the read.
 func (r *revisionReader) loop() {
 	for {
 		r.mu.Lock()
-		rd := r.next
-		r.next = nil
-		if rd == nil {
+		if r.next == nil {
 			r.running = false
 			r.mu.Unlock()
 			return
 		}
+		wait := r.interval - time.Since(r.lastStart)
+		r.mu.Unlock()
+		if wait > 0 {
+			time.Sleep(wait)
+		}
+		r.mu.Lock()
+		rd := r.next
+		r.next = nil
+		r.lastStart = time.Now()
 		r.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), revisionReadTimeout)
 		rd.rv, rd.err = r.read(ctx)

@@ -15,6 +15,7 @@ type blockingReads struct {
 	answers chan uint64
 	mu      sync.Mutex
 	calls   int
+	starts  []time.Time // when each call started
 }
 
 func newBlockingReads() *blockingReads {
@@ -25,6 +26,7 @@ func (b *blockingReads) read(ctx context.Context) (uint64, error) {
 	b.mu.Lock()
 	b.calls++
 	n := b.calls
+	b.starts = append(b.starts, time.Now())
 	b.mu.Unlock()
 	b.started <- n
 	select {
@@ -41,6 +43,17 @@ func (b *blockingReads) read(ctx context.Context) (uint64, error) {
 type result struct {
 	rv  uint64
 	err error
+}
+
+func recv(t *testing.T, ch chan result) result {
+	t.Helper()
+	select {
+	case got := <-ch:
+		return got
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer within 5s")
+		return result{}
+	}
 }
 
 func getAsync(r *revisionReader, ctx context.Context) chan result {
@@ -154,5 +167,68 @@ func TestRevisionReadErrorsAndCancellation(t *testing.T) {
 	b.answers <- 42
 	if got := <-stays; got.rv != 42 || got.err != nil {
 		t.Fatalf("the caller still waiting got %+v, want 42", got)
+	}
+}
+
+// TestRevisionReadsShareAnInterval: with an interval, a read starts no
+// sooner than interval after the previous one, and every caller that
+// arrived in between shares it (it starts after all of them arrived, so
+// each still gets a resourceVersion read after its own arrival); a caller
+// after a quiet spell does not wait.
+func TestRevisionReadsShareAnInterval(t *testing.T) {
+	const interval = time.Second
+	b := newBlockingReads()
+	r := &revisionReader{read: b.read, interval: interval}
+	ctx := context.Background()
+
+	first := getAsync(r, ctx)
+	waitStarted(t, b, 1)
+	b.answers <- 10
+	if got := <-first; got.rv != 10 {
+		t.Fatalf("first caller got %+v, want 10", got)
+	}
+	// Read 1 has ended; callers arriving now would each start a read of
+	// their own without the interval.
+	var arrived []time.Time
+	var polls []chan result
+	for range 5 {
+		arrived = append(arrived, time.Now())
+		polls = append(polls, getAsync(r, ctx))
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitStarted(t, b, 2)
+	b.answers <- 20
+	for i, ch := range polls {
+		if got := recv(t, ch); got.rv != 20 || got.err != nil {
+			t.Fatalf("caller %d got %+v, want 20 from the one shared read", i, got)
+		}
+	}
+	b.mu.Lock()
+	calls, starts := b.calls, append([]time.Time(nil), b.starts...)
+	b.mu.Unlock()
+	if calls != 2 {
+		t.Fatalf("%d upstream reads for 6 callers, want 2", calls)
+	}
+	if gap := starts[1].Sub(starts[0]); gap < interval {
+		t.Fatalf("read 2 started %v after read 1, want at least the interval %v", gap, interval)
+	}
+	for i, at := range arrived {
+		if starts[1].Before(at) {
+			t.Fatalf("caller %d arrived after the read it was answered with started", i)
+		}
+	}
+
+	// A quiet spell longer than the interval: the next caller's read
+	// starts at once, not an interval later.
+	time.Sleep(interval)
+	t0 := time.Now()
+	lone := getAsync(r, ctx)
+	waitStarted(t, b, 3)
+	if waited := time.Since(t0); waited >= interval/2 {
+		t.Fatalf("a lone read after a quiet spell waited %v", waited)
+	}
+	b.answers <- 30
+	if got := <-lone; got.rv != 30 {
+		t.Fatalf("got %+v, want 30", got)
 	}
 }

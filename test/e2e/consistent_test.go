@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,5 +258,80 @@ func TestConsistentPageTooLateForTheCache(t *testing.T) {
 	}
 	if after := scrapeAt(t, stack.IndexAPIServerURL(port))[metric]; after < before+1 {
 		t.Fatalf("%s went from %v to %v, want an upstream answer counted", metric, before, after)
+	}
+}
+
+// TestConsistentReadsShareRevisionReads: a steady stream of consistent
+// LISTs (a Spark fleet's polls, 100 a second) costs kube-apiserver at most
+// one current-resourceVersion read per --consistent-read-revision-interval
+// (20 ms), not one per LIST, and each LIST still sees every write that
+// completed before it was sent.
+func TestConsistentReadsShareRevisionReads(t *testing.T) {
+	const (
+		spacing  = 10 * time.Millisecond
+		interval = 20 * time.Millisecond // the default
+		duration = 3 * time.Second
+	)
+	ctx := context.Background()
+	admin := newClients(t, adminConfig)
+	direct := newClients(t, indexAPIServerConfig)
+	ns := createNamespace(t, ctx, admin, "shared-revision")
+	path := "/apis/indexing.k8s.io/v1alpha1/namespaces/" + ns + "/pods"
+	reads := "index_apiserver_upstream_revision_reads_total" + podsSeries
+
+	var polls, failed atomic.Int64
+	var wg sync.WaitGroup
+	before := scrapeAt(t, indexAPIServerURL)[reads]
+	start := time.Now()
+	stop := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(spacing)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				polls.Add(1)
+				if code, _ := direct.get(ctx, path); code != http.StatusOK {
+					failed.Add(1)
+				}
+			}()
+		}
+	}()
+	writes := 0
+	for time.Since(start) < duration {
+		name := fmt.Sprintf("w-%d", writes)
+		if _, err := admin.kube.CoreV1().Pods(ns).Create(ctx, makePod(ns, name, "", nil), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		writes++
+		code, body := direct.get(ctx, path)
+		if code != http.StatusOK {
+			t.Fatalf("consistent LIST after creating %s: %d %s", name, code, body)
+		}
+		var page listPage
+		if err := json.Unmarshal(body, &page); err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Items) != writes {
+			t.Fatalf("consistent LIST right after creating %s holds %d pods, want %d", name, len(page.Items), writes)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start)
+	got := scrapeAt(t, indexAPIServerURL)[reads] - before
+	lists := polls.Load() + int64(writes)
+	t.Logf("%d consistent LISTs (%d failed) in %v took %v current-resourceVersion reads at kube-apiserver", lists, failed.Load(), elapsed.Round(time.Millisecond), got)
+	if failed.Load() > 0 {
+		t.Fatalf("%d of the polling LISTs failed", failed.Load())
+	}
+	if limit := float64(elapsed/interval) + 2; got > limit {
+		t.Fatalf("%v current-resourceVersion reads for %d consistent LISTs in %v, want at most one per %v (%v)", got, lists, elapsed, interval, limit)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	generatedopenapi "github.com/index-apiserver/index-apiserver/pkg/generated/openapi"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
+	"github.com/index-apiserver/index-apiserver/pkg/upstream"
 )
 
 // Options are everything index-apiserver can be told on its command line.
@@ -87,6 +88,7 @@ func NewOptions() *Options {
 				WatchBuffer:            indexcache.DefaultWatchBuffer,
 				SlowWatcherBudget:      indexcache.DefaultSlowWatcherBudget,
 				BookmarkInterval:       indexcache.DefaultBookmarkInterval,
+				RevisionReadInterval:   upstream.DefaultRevisionReadInterval,
 			},
 			UpstreamQPS:   50,
 			UpstreamBurst: 100,
@@ -122,6 +124,9 @@ func (c *CacheOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ConsistentReadFallback, "consistent-read-fallback", c.ConsistentReadFallback,
 		"How long a consistent GET or single-page LIST waits for the cache to prove it is fresh before it is answered with a consistent read at kube-apiserver instead "+
 			"(the proof can take a second when other resources changed more recently than this one); 0 always waits.")
+	fs.DurationVar(&c.RevisionReadInterval, "consistent-read-revision-interval", c.RevisionReadInterval,
+		"Least time between two reads of kube-apiserver's current resourceVersion, which each consistent read needs (per resource). Consistent reads that arrive meanwhile share the next read, "+
+			"which starts after all of them arrived: kube-apiserver sees at most one such read per interval however many clients poll, and a consistent read waits at most this much longer. 0: one read per round trip.")
 	fs.IntVar(&c.MaxUpstreamReads, "max-upstream-reads", c.MaxUpstreamReads,
 		"Most consistent reads per resource answered at kube-apiserver at a time (see --consistent-read-fallback); the others wait for a free turn or for the cache, whichever comes first.")
 	fs.IntVar(&c.EventWindow, "watch-event-window", c.EventWindow,
@@ -154,6 +159,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Cache.ConsistentReadFallback < 0 {
 		errs = append(errs, fmt.Errorf("--consistent-read-fallback must not be negative"))
+	}
+	if o.Cache.RevisionReadInterval < 0 {
+		errs = append(errs, fmt.Errorf("--consistent-read-revision-interval must not be negative"))
 	}
 	if o.Cache.MaxUpstreamReads < 1 {
 		errs = append(errs, fmt.Errorf("--max-upstream-reads must be positive"))
