@@ -5,9 +5,11 @@ package main
 // at a fixed rate, and the per-way measures.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -351,6 +353,11 @@ type FleetResult struct {
 	ListP50ms      float64 `json:"listP50ms"`
 	ListP99ms      float64 `json:"listP99ms"`
 	FirstError     string  `json:"firstError,omitempty"`
+	// The steady window's reads of kube-apiserver's current resourceVersion
+	// by index-apiserver (one per consistent read, shared), and consistent
+	// reads it answered at kube-apiserver; both 0 in the kube way.
+	RevisionReads int `json:"steadyRevisionReads"`
+	UpstreamReads int `json:"steadyUpstreamReads"`
 	// FellOver says why the way was stopped (-fleet-max-rss-mib).
 	FellOver string `json:"fellOver,omitempty"`
 }
@@ -370,6 +377,10 @@ func (r *FleetResult) log() {
 		"events %d expected, %d missing, %d dup, %d unexpected, %d watch errors, %d views differ; delivery p50 %.1f p99 %.1f ms; LIST p50 %.1f p99 %.1f ms (%d, %d errors); writes %d (%d errors)",
 		r.Workload, r.Size, r.PerClient, r.Way, r.Watches, r.Steady.KubeCPUPerMin, r.Whole.KubeCPUPerMin, r.Steady.IndexCPUPerMin, r.Whole.IndexCPUPerMin, r.Whole.IndexRSSMiB,
 		r.Expected, r.Missing, r.Duplicated, r.Unexpected, r.WatchErrors, r.ViewMismatches, r.P50ms, r.P99ms, r.ListP50ms, r.ListP99ms, r.Lists, r.ListErrors, r.Writes, r.WriteErrors)
+	if r.RevisionReads+r.UpstreamReads > 0 {
+		logf("  steady window at index-apiserver: %d current-resourceVersion reads for %d LISTs (all of them), %d consistent reads answered at kube-apiserver",
+			r.RevisionReads, r.Lists, r.UpstreamReads)
+	}
 	if r.FirstError != "" {
 		logf("  first error: %s", r.FirstError)
 	}
@@ -526,4 +537,55 @@ func (l *latencies) add(d time.Duration, err error) {
 		return
 	}
 	l.d = append(l.d, d)
+}
+
+// profileSteady saves CPU profiles of both servers over a fleet's steady
+// window (less two seconds, so they end inside it) into -pprof, when set:
+// <name>.kube.cpu.pprof and <name>.index.cpu.pprof. The channel gets the
+// first error, or nil, once both are written.
+func profileSteady(ctx context.Context, s *stackInfo, o options, name string) <-chan error {
+	done := make(chan error, 1)
+	if o.pprofDir == "" {
+		done <- nil
+		return done
+	}
+	q := "/debug/pprof/profile?seconds=" + strconv.Itoa(max(1, int(o.fleetDuration.Seconds())-2))
+	errs := make(chan error, 2)
+	for _, p := range []profileReq{
+		{s.kubeHTTP, s.kubeURL, q, name + ".kube.cpu.pprof"},
+		{s.indexHTTP, s.indexURL, q, name + ".index.cpu.pprof"},
+	} {
+		go func() { errs <- saveProfiles(ctx, o.pprofDir, []profileReq{p}) }()
+	}
+	go func() { done <- errors.Join(<-errs, <-errs) }()
+	return done
+}
+
+const (
+	revisionReadsMetric = "index_apiserver_upstream_revision_reads_total"
+	upstreamReadsMetric = "index_apiserver_consistent_reads_from_upstream_total"
+)
+
+// podCounter is the value of index-apiserver's counter name for pods (0 if
+// it cannot be read: the bench reports it, it does not depend on it).
+func podCounter(ctx context.Context, s *stackInfo, name string) int {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.indexURL+"/metrics", nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := s.indexHTTP.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	series := name + `{resource="pods.indexing.k8s.io"} `
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return int(f)
+		}
+	}
+	return 0
 }

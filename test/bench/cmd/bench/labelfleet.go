@@ -160,6 +160,8 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 	// Steady window.
 	logf("  steady: %d status updates/s for %v", int(o.fleetStatusRate), o.fleetDuration)
 	steadyWin := startMeter(s)
+	profiled := profileSteady(ctx, s, o, fmt.Sprintf("%s-%d-%s", f.workload, f.n, way))
+	revReads0, upReads0 := podCounter(ctx, s, revisionReadsMetric), podCounter(ctx, s, upstreamReadsMetric)
 	stop := make(chan struct{})
 	var side sync.WaitGroup
 	for a := 0; a < f.n; a++ {
@@ -213,6 +215,11 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 	close(stop)
 	side.Wait()
 	r.Steady = steadyWin.stop()
+	r.RevisionReads = podCounter(ctx, s, revisionReadsMetric) - revReads0
+	r.UpstreamReads = podCounter(ctx, s, upstreamReadsMetric) - upReads0
+	if err := <-profiled; err != nil {
+		logf("  profiles: %v", err)
+	}
 	r.StatusRate = float64(updates) / r.Steady.Seconds
 	if err != nil {
 		r.noteErr(fmt.Errorf("status updates: %w", err))

@@ -167,7 +167,7 @@ func main() {
 	flag.StringVar(&o.indexFlags, "index-apiserver-flags", "", "extra index-apiserver flags (INDEX_APISERVER_FLAGS)")
 	flag.IntVar(&o.loadWorkers, "load-workers", 16, "concurrent pod creations while loading")
 	flag.IntVar(&o.repeat, "repeat", 3, "rounds of watch phases (each with its own zero-watcher baseline); tables show the median and the range")
-	flag.StringVar(&o.pprofDir, "pprof", "", "write index-apiserver CPU and heap profiles of each of its watch phases here (<kind>-<watchers>.cpu.pprof)")
+	flag.StringVar(&o.pprofDir, "pprof", "", "write index-apiserver CPU and heap profiles of each of its watch phases here (<kind>-<watchers>.cpu.pprof); fleet modes: both servers' CPU profiles over each steady window (<workload>-<size>-<way>.{kube,index}.cpu.pprof)")
 	flag.BoolVar(&o.clusterProxy, "cluster-proxy", true, "also LIST and WATCH through the cluster proxy path (the stack's CLUSTER_PROXY: index-apiserver with --enable-cluster-proxy and its impersonation RBAC)")
 	flag.StringVar(&o.mode, "mode", "engine", "workload: engine (synthetic LIST and WATCH phases), spark, flink, sharded, fleets (spark, flink and sharded), saturate")
 	flag.BoolVar(&o.realistic, "realistic", false, "engine mode: load realistic Spark executor pods (with a kubelet status) instead of stubs")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -319,34 +318,27 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 // profile saves a CPU profile of index-apiserver over the patching time of a
 // watch phase, and a heap profile after it, into o.pprofDir.
 func profile(ctx context.Context, s *stackInfo, o options, name string) error {
-	if err := os.MkdirAll(o.pprofDir, 0o755); err != nil {
+	secs := max(1, int(o.patchDuration.Seconds()))
+	return saveProfiles(ctx, o.pprofDir, []profileReq{
+		{s.indexHTTP, s.indexURL, "/debug/pprof/profile?seconds=" + strconv.Itoa(secs), name + ".cpu.pprof"},
+		{s.indexHTTP, s.indexURL, "/debug/pprof/heap", name + ".heap.pprof"},
+	})
+}
+
+// profileReq is one pprof endpoint of one server and the file it goes to.
+type profileReq struct {
+	c          *http.Client
+	base, path string
+	file       string
+}
+
+// saveProfiles fetches each profile in turn into dir.
+func saveProfiles(ctx context.Context, dir string, reqs []profileReq) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	secs := int(o.patchDuration.Seconds())
-	if secs < 1 {
-		secs = 1
-	}
-	for _, p := range []struct{ path, file string }{
-		{"/debug/pprof/profile?seconds=" + strconv.Itoa(secs), name + ".cpu.pprof"},
-		{"/debug/pprof/heap", name + ".heap.pprof"},
-	} {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.indexURL+p.path, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := s.indexHTTP.Do(req)
-		if err != nil {
-			return err
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", p.path, resp.Status)
-		}
-		if err := os.WriteFile(filepath.Join(o.pprofDir, p.file), b, 0o644); err != nil {
+	for _, p := range reqs {
+		if err := saveURL(ctx, p.c, p.base+p.path, filepath.Join(dir, p.file)); err != nil {
 			return err
 		}
 	}
