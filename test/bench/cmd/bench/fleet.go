@@ -378,7 +378,7 @@ func (r *FleetResult) log() {
 		r.Workload, r.Size, r.PerClient, r.Way, r.Watches, r.Steady.KubeCPUPerMin, r.Whole.KubeCPUPerMin, r.Steady.IndexCPUPerMin, r.Whole.IndexCPUPerMin, r.Whole.IndexRSSMiB,
 		r.Expected, r.Missing, r.Duplicated, r.Unexpected, r.WatchErrors, r.ViewMismatches, r.P50ms, r.P99ms, r.ListP50ms, r.ListP99ms, r.Lists, r.ListErrors, r.Writes, r.WriteErrors)
 	if r.RevisionReads+r.UpstreamReads > 0 {
-		logf("  steady window at index-apiserver: %d current-resourceVersion reads for %d LISTs (all of them), %d consistent reads answered at kube-apiserver",
+		logf("  steady window at index-apiserver: %d current-resourceVersion reads (LISTs in the whole run: %d), %d consistent reads answered at kube-apiserver",
 			r.RevisionReads, r.Lists, r.UpstreamReads)
 	}
 	if r.FirstError != "" {

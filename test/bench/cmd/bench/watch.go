@@ -166,8 +166,13 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 		return sum
 	}
 	// A consistent list gives the starting resourceVersion (and, for shard
-	// watches, every pod's uid).
-	all, err := doList(ctx, s.kubeHTTP, s.kubeURL+"/api/v1/pods")
+	// watches, every pod's uid; label watches need only the
+	// resourceVersion, which a one-item page carries as well).
+	listURL := s.kubeURL + "/api/v1/pods"
+	if kind == "label" {
+		listURL += "?limit=1"
+	}
+	all, err := doList(ctx, s.kubeHTTP, listURL)
 	if err != nil {
 		return nil, err
 	}
