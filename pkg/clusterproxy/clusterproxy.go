@@ -19,6 +19,7 @@ package clusterproxy
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -111,11 +112,25 @@ func (h *Handler) Wrap(next http.Handler) http.Handler {
 func LongRunning(base request.LongRunningRequestCheck) request.LongRunningRequestCheck {
 	return func(req *http.Request, info *request.RequestInfo) bool {
 		if Under(req.URL.Path) {
-			inner, err := innerRequestInfo(req)
+			inner, err := innerRequestInfo(watchQueryOnly(req))
 			return err == nil && innerLongRunning(req, inner)
 		}
 		return base(req, info)
 	}
+}
+
+// watchQueryOnly is req with only its watch parameter: of the query, only
+// that makes a request long-running, and the request info of the whole
+// query would parse the selectors once more for every request.
+func watchQueryOnly(req *http.Request) *http.Request {
+	r := *req
+	u := *req.URL
+	u.RawQuery = ""
+	if w, ok := req.URL.Query()["watch"]; ok {
+		u.RawQuery = url.Values{"watch": w}.Encode()
+	}
+	r.URL = &u
+	return &r
 }
 
 // ServeHTTP serves one request under the prefix.

@@ -52,6 +52,8 @@ func TestRouting(t *testing.T) {
 		{"GET", "/api/v1/pods?watch=true", true, true},
 		{"GET", "/api/v1/watch/namespaces/ns/pods", true, true},
 		{"GET", "/api/v1/namespaces/ns/pods?labelSelector=a%3Db", true, false},
+		{"GET", "/api/v1/namespaces/ns/pods?labelSelector=a%3Db&watch=true&resourceVersion=5", true, true},
+		{"GET", "/api/v1/namespaces/ns/pods?watch=false", true, false},
 		{"GET", "/api/v1/namespaces/ns/pods/p", true, false},
 		{"GET", "/api/v1/nodes", true, false},
 		{"GET", "/api/v1/nodes/n1", true, false},
