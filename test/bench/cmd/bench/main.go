@@ -143,6 +143,8 @@ type options struct {
 	// Saturation sweep.
 	satLabel  []int
 	satShards []int
+	// satTargets are the servers the sweep runs on (both by default).
+	satTargets []string
 	satPods   int
 	satP99    time.Duration
 	satMaxRSS float64
@@ -150,7 +152,7 @@ type options struct {
 
 func main() {
 	var o options
-	var watchers, shards, ways, sparkDrivers, flinkJobs, shardedReplicas, satLabel, satShards string
+	var watchers, shards, ways, sparkDrivers, flinkJobs, shardedReplicas, satLabel, satShards, satTargets string
 	flag.BoolVar(&o.smoke, "smoke", false, "tiny sizes (< 1 min); fail on any lost, duplicated or unexpected event or differing LIST; writes no docs")
 	flag.IntVar(&o.namespaces, "namespaces", 10, "namespaces the apps are spread over")
 	flag.IntVar(&o.apps, "apps", 2500, "apps (spark-app-selector=app-N)")
@@ -189,6 +191,7 @@ func main() {
 	flag.StringVar(&o.fromJSON, "from-json", "", "re-render the Markdown section and PNG of this earlier JSON result (pass the run's -mode and sizes flags too); no stack")
 	flag.StringVar(&satLabel, "sat-label-watchers", "1000,2000,5000,10000,20000", "saturate: label watcher counts (one app each)")
 	flag.StringVar(&satShards, "sat-shard-watchers", "1024,4096,16384", "saturate: shard watcher counts")
+	flag.StringVar(&satTargets, "sat-targets", kubeTarget+","+indexTarget, "saturate: the servers to sweep")
 	flag.IntVar(&o.satPods, "sat-pods", 150000, "saturate: realistic pods loaded")
 	flag.DurationVar(&o.satP99, "sat-p99", time.Second, "saturate: a server has fallen behind when its delivery p99 exceeds this (or it loses an event)")
 	flag.Float64Var(&o.satMaxRSS, "sat-max-rss-mib", 12*1024, "saturate: ... or its RSS exceeds this")
@@ -235,6 +238,15 @@ func main() {
 		o.sparkDrivers, o.flinkJobs = nil, nil
 	default:
 		fail(fmt.Errorf("-mode %q: engine, spark, flink, sharded, fleets or saturate", o.mode))
+	}
+	for _, t := range strings.Split(satTargets, ",") {
+		switch t = strings.TrimSpace(t); t {
+		case kubeTarget, indexTarget:
+			o.satTargets = append(o.satTargets, t)
+		case "":
+		default:
+			fail(fmt.Errorf("-sat-targets: unknown server %q (%s or %s)", t, kubeTarget, indexTarget))
+		}
 	}
 	if o.mode == "saturate" {
 		o.realistic = true

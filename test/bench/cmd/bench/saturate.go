@@ -95,7 +95,7 @@ func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error 
 		kind  string
 		sizes []int
 	}{{"label", o.satLabel}, {"shard", o.satShards}} {
-		for _, tgt := range []string{kubeTarget, indexTarget} {
+		for _, tgt := range o.satTargets {
 			for _, n := range sweep.sizes {
 				if ctx.Err() != nil {
 					return ctx.Err()

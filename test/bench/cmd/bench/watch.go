@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,10 +86,14 @@ func baseline(ctx context.Context, s *stackInfo, o options) (*CPUPhase, error) {
 	return b, nil
 }
 
+// slowDelivery: events delivered later than this are logged by send time.
+const slowDelivery = 250 * time.Millisecond
+
 type watcherState struct {
 	mu        sync.Mutex
 	seen      map[int]int
 	lat       []time.Duration
+	slow      []time.Time // when the events delivered after slowDelivery were sent
 	unexpect  int
 	err       error
 	accept    func(m listMeta) bool
@@ -117,6 +122,9 @@ func (w *watcherState) run(ctx context.Context, c *http.Client, url string) {
 		w.seen[seq]++
 		if ts, err := strconv.ParseInt(m.Annotations[annTS], 10, 64); err == nil {
 			w.lat = append(w.lat, now.Sub(time.Unix(0, ts)))
+			if now.Sub(time.Unix(0, ts)) > slowDelivery {
+				w.slow = append(w.slow, time.Unix(0, ts))
+			}
 		}
 	})
 	if err != nil && w.err == nil {
@@ -295,6 +303,17 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 	r := &WatchResult{Kind: kind, Target: tgt, Watchers: n, Patches: len(sent), PatchErr: perrs, Expected: len(sent)}
 	var lat []time.Duration
 	var acc Tally
+	var slow []time.Time
+	for _, w := range ws {
+		slow = append(slow, w.slow...)
+	}
+	if len(slow) > 0 {
+		// A stall shows as slow events sent close together; a server that
+		// cannot keep up, as slow events spread over the phase.
+		slices.SortFunc(slow, func(a, b time.Time) int { return a.Compare(b) })
+		logf("  %d events delivered after more than %v, sent between %.1fs and %.1fs into the patching (of %.1fs)",
+			len(slow), slowDelivery, slow[0].Sub(t0).Seconds(), slow[len(slow)-1].Sub(t0).Seconds(), o.patchDuration.Seconds())
+	}
 	for i, w := range ws {
 		acc.add(tally(expected[i], w.seen))
 		acc.Unexpected += w.unexpect
