@@ -479,6 +479,7 @@ func TestConsistentReadAsksForProgress(t *testing.T) {
 
 func TestBookmarksReachShardedAndPlainWatchers(t *testing.T) {
 	cfg := testConfig()
+	cfg.BookmarkInterval = minBookmarkTick // one slice: every watcher on each tick
 	clk := testingclock.NewFakeClock(time.Now())
 	cfg.Clock = clk
 	c, err := New(cfg)
@@ -783,4 +784,68 @@ func itemKeys(items []runtime2.Object) []string {
 		out = append(out, p.Namespace+"/"+p.Name+"@"+p.ResourceVersion)
 	}
 	return out
+}
+
+// TestBookmarksAreSpreadOverTheInterval: watchers opened together do not
+// all get their bookmark on the same tick (a burst of 20,000 bookmarks
+// delayed events by a second); each tick serves one slice of them, and one
+// interval's ticks give every watcher exactly one.
+func TestBookmarksAreSpreadOverTheInterval(t *testing.T) {
+	cfg := testConfig()
+	cfg.BookmarkInterval = time.Minute
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synced(t, c)
+	defer c.Stop()
+	if c.bookmarkSlices != maxBookmarkSlices {
+		t.Fatalf("%d slices for a one-minute interval, want %d (one a second)", c.bookmarkSlices, maxBookmarkSlices)
+	}
+	const n = 3 * maxBookmarkSlices
+	ws := make([]watch.Interface, n)
+	for i := range ws {
+		if ws[i], err = c.Watch(context.Background(), WatchOptions{ResourceVersion: "10", AllowWatchBookmarks: true, Label: labels.SelectorFromSet(labels.Set{"app": "none"})}); err != nil {
+			t.Fatal(err)
+		}
+		defer ws[i].Stop()
+	}
+	c.Ingest().UpdateResourceVersion("42")
+	got := make([]int, n)
+	total := func() int {
+		sum := 0
+		for i, w := range ws {
+			for len(w.ResultChan()) > 0 {
+				if ev := <-w.ResultChan(); ev.Type == watch.Bookmark {
+					got[i]++
+				}
+			}
+			sum += got[i]
+		}
+		return sum
+	}
+	// drain counts the bookmarks until want have come (or contractWait
+	// passed), and a little longer in case more are on their way.
+	drain := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(contractWait); total() < want && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond)
+		total()
+	}
+	c.requestBookmarks(0)
+	drain(n / maxBookmarkSlices)
+	if first := total(); first != n/maxBookmarkSlices {
+		t.Fatalf("the first tick sent %d bookmarks to %d watchers, want %d (one slice)", first, n, n/maxBookmarkSlices)
+	}
+	for s := uint64(1); s < c.bookmarkSlices; s++ {
+		c.requestBookmarks(s)
+	}
+	drain(n)
+	for i, g := range got {
+		if g != 1 {
+			t.Fatalf("watcher %d got %d bookmarks over one interval, want 1", i, g)
+		}
+	}
 }

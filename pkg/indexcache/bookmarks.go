@@ -2,6 +2,7 @@ package indexcache
 
 import (
 	"strconv"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,27 +23,33 @@ func (c *Cache) bookmarkEvent(rv uint64, initialEnd bool) watch.Event {
 	return watch.Event{Type: watch.Bookmark, Object: obj}
 }
 
+// bookmarkSlicesFor is how many slices the watchers' bookmarks are spread
+// over: one slice per tick of at least minBookmarkTick.
+func bookmarkSlicesFor(interval time.Duration) uint64 {
+	return uint64(min(max(interval/minBookmarkTick, 1), maxBookmarkSlices))
+}
+
 // requestBookmarks asks the dispatcher to send a bookmark to every watcher
-// that allows them, in order with the events. A full queue skips this tick:
-// the watchers are getting events anyway.
-func (c *Cache) requestBookmarks() {
+// of slice that allows them, in order with the events. A full queue skips
+// this tick: the watchers are getting events anyway.
+func (c *Cache) requestBookmarks(slice uint64) {
 	select {
-	case c.queue <- dispatchItem{bookmark: true}:
+	case c.queue <- dispatchItem{bookmark: true, bookmarkSlice: slice}:
 	default:
 	}
 }
 
-// sendBookmarks gives every watcher that allows bookmarks, whatever index it
+// sendBookmarks gives every watcher of slice that allows bookmarks, whatever index it
 // is routed by (sharded ones included: kube-state-metrics#2974), one at rv
 // if that is news to it. The dispatcher calls it with the resourceVersion
 // of the last item it dispatched, so every event up to rv has been offered.
 // A watcher with a full buffer skips this one; bookmarks are never worth
 // blocking for.
-func (c *Cache) sendBookmarks(rv uint64) {
+func (c *Cache) sendBookmarks(rv, slice uint64) {
 	c.mu.RLock()
 	var ws []*watcher
 	for w := range c.router.all {
-		if w.allowBookmarks && w.sentRV.Load() < rv {
+		if w.allowBookmarks && w.slot%c.bookmarkSlices == slice && w.sentRV.Load() < rv {
 			ws = append(ws, w)
 		}
 	}

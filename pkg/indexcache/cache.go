@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/btree"
@@ -27,6 +28,14 @@ const (
 	housekeepingInterval = 10 * time.Second
 	// maxSnapshots bounds the retained snapshots whatever their age.
 	maxSnapshots = 256
+	// Bookmarks go out in up to maxBookmarkSlices slices of the watchers, one
+	// slice at least every minBookmarkTick, so that each watcher still gets
+	// one per BookmarkInterval but 20,000 watchers opened together do not
+	// all get theirs in the same instant (each bookmark is an encode, a
+	// compressed flush and a write: a burst of them delayed events by a
+	// second in the saturation benchmark).
+	maxBookmarkSlices = 60
+	minBookmarkTick   = time.Second
 )
 
 // Cache is the indexed watch cache of one resource. It has two sides:
@@ -68,6 +77,9 @@ type Cache struct {
 	queue    chan dispatchItem // written under ingestMu, read by dispatch
 	sendMu   sync.Mutex
 	dispatch dispatcher // owned by the dispatch goroutine
+	// bookmarkSlices: see maxBookmarkSlices; watchers take slots in turn.
+	bookmarkSlices uint64
+	watcherSlots   atomic.Uint64
 
 	mu      sync.RWMutex
 	cloneMu sync.Mutex // btree Clone writes to the source tree: one at a time
@@ -147,6 +159,8 @@ func New(cfg Config) (*Cache, error) {
 		stopCh:    make(chan struct{}),
 		done:      make(chan struct{}),
 		queue:     make(chan dispatchItem, dispatchQueue),
+
+		bookmarkSlices: bookmarkSlicesFor(cfg.BookmarkInterval),
 	}
 	for name := range cfg.Fields {
 		c.fieldNames = append(c.fieldNames, name)
@@ -181,12 +195,14 @@ func (c *Cache) ResourceVersion() uint64 {
 	return c.rv
 }
 
-// Run sends bookmarks every BookmarkInterval, and expires snapshots and
-// refreshes the index size metrics every housekeepingInterval, until stopCh
-// closes; then it stops every watcher.
+// Run sends bookmarks (one slice of the watchers per tick, each watcher
+// once per BookmarkInterval), and expires snapshots and refreshes the index
+// size metrics every housekeepingInterval, until stopCh closes; then it
+// stops every watcher.
 func (c *Cache) Run(stopCh <-chan struct{}) {
-	bookmarks := c.cfg.Clock.NewTicker(c.cfg.BookmarkInterval)
+	bookmarks := c.cfg.Clock.NewTicker(c.cfg.BookmarkInterval / time.Duration(c.bookmarkSlices))
 	defer bookmarks.Stop()
+	var slice uint64
 	housekeeping := c.cfg.Clock.NewTicker(housekeepingInterval)
 	defer housekeeping.Stop()
 	for {
@@ -197,7 +213,8 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 		case <-c.stopCh:
 			return
 		case <-bookmarks.C():
-			c.requestBookmarks()
+			c.requestBookmarks(slice)
+			slice = (slice + 1) % c.bookmarkSlices
 		case <-housekeeping.C():
 			c.expireHistory()
 			c.m.setIndexValues(c.IndexStats()) // cardinality drifts with ingest

@@ -34,8 +34,12 @@ import (
 // machine never fails a correct cache; only a broken one waits it out.
 const contractWait = 10 * time.Second
 
-// bookmarkNow sends the periodic bookmarks now.
-func bookmarkNow(c *Cache) { c.requestBookmarks() }
+// bookmarkNow sends the periodic bookmarks of every slice now.
+func bookmarkNow(c *Cache) {
+	for s := range c.bookmarkSlices {
+		c.requestBookmarks(s)
+	}
+}
 
 // housekeep runs the periodic snapshot expiry now.
 func housekeep(c *Cache) { c.expireHistory() }

@@ -22,6 +22,8 @@ type dispatchItem struct {
 	progress uint64
 	end      []*watcher
 	bookmark bool
+	// bookmarkSlice: the watchers whose slot falls in it get the bookmark.
+	bookmarkSlice uint64
 }
 
 // dispatcher is the dispatch goroutine's own state.
@@ -56,7 +58,7 @@ func (c *Cache) runDispatch() {
 				c.dispatchEvent(it.ev)
 				c.dispatch.rv = max(c.dispatch.rv, it.ev.rv)
 			case it.bookmark:
-				c.sendBookmarks(c.dispatch.rv)
+				c.sendBookmarks(c.dispatch.rv, it.bookmarkSlice)
 			default:
 				c.endWatchers(it.end)
 				c.dispatch.rv = max(c.dispatch.rv, it.progress)

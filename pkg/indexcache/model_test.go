@@ -445,7 +445,7 @@ func runModel(t *testing.T, seed int64, ops int) {
 				t.Fatal(err)
 			}
 		case r < 67:
-			c.requestBookmarks()
+			bookmarkNow(c)
 		case r < 80:
 			if l := checkList(ctx, t, c, m, m.randomQuery()); l != nil {
 				open = append(open, l)

@@ -61,6 +61,7 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		c:              c,
 		pred:           pred,
 		allowBookmarks: opts.AllowWatchBookmarks,
+		slot:           c.watcherSlots.Add(1),
 		done:           make(chan struct{}),
 	}
 	for range maxRegisterAttempts {

@@ -35,6 +35,7 @@ type watcher struct {
 	pred           *predicate
 	route          route // guarded by Cache.mu
 	allowBookmarks bool
+	slot           uint64 // its bookmark slice is slot % Cache.bookmarkSlices
 	// The initial events (state or replay) cover every event up to
 	// startSeq, and a watch from a resourceVersion newer than the cache
 	// wants none up to fromRV: the dispatcher skips those. Set before the
