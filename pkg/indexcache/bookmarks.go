@@ -39,9 +39,9 @@ func (c *Cache) requestBookmarks(slice uint64) {
 	}
 }
 
-// sendBookmarks gives every watcher of slice that allows bookmarks, whatever index it
-// is routed by (sharded ones included: kube-state-metrics#2974), one at rv
-// if that is news to it. The dispatcher calls it with the resourceVersion
+// sendBookmarks gives every watcher of slice that allows bookmarks,
+// whatever index it is routed by (sharded ones included:
+// kube-state-metrics#2974), one at rv if that is news to it. The dispatcher calls it with the resourceVersion
 // of the last item it dispatched, so every event up to rv has been offered.
 // A watcher with a full buffer skips this one; bookmarks are never worth
 // blocking for.
