@@ -145,9 +145,9 @@ type options struct {
 	satShards []int
 	// satTargets are the servers the sweep runs on (both by default).
 	satTargets []string
-	satPods   int
-	satP99    time.Duration
-	satMaxRSS float64
+	satPods    int
+	satP99     time.Duration
+	satMaxRSS  float64
 }
 
 func main() {
