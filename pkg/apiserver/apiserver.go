@@ -47,8 +47,9 @@ type ExtraConfig struct {
 	// KubeClient reads the mirrored resources from kube-apiserver.
 	KubeClient kubernetes.Interface
 	// ReadClient serves the upstream reads that follow client requests:
-	// kube-apiserver's current resourceVersion for consistent reads (shared
-	// per round trip) and consistent reads answered upstream. It has no
+	// kube-apiserver's current resourceVersion for consistent reads (shared,
+	// at most one per Cache.RevisionReadInterval) and consistent reads
+	// answered upstream. It has no
 	// client-side rate limit, as the aggregator's proxying has none;
 	// kube-apiserver's priority and fairness bounds them.
 	ReadClient kubernetes.Interface

@@ -139,7 +139,7 @@ func (c *CacheOptions) AddFlags(fs *pflag.FlagSet) {
 		"How long event dispatch may wait on full watcher buffers in total before the slow watcher is closed.")
 	fs.DurationVar(&c.BookmarkInterval, "bookmark-interval", c.BookmarkInterval,
 		"How often watchers that allow bookmarks receive one.")
-	fs.Float32Var(&c.UpstreamQPS, "upstream-qps", c.UpstreamQPS, "QPS of list, watch and progress-probe requests to kube-apiserver (the current-revision reads of consistent reads are shared per round trip and not limited here).")
+	fs.Float32Var(&c.UpstreamQPS, "upstream-qps", c.UpstreamQPS, "QPS of list, watch and progress-probe requests to kube-apiserver (the current-revision reads of consistent reads are shared, see --consistent-read-revision-interval, and not limited here).")
 	fs.IntVar(&c.UpstreamBurst, "upstream-burst", c.UpstreamBurst, "Burst of the requests --upstream-qps limits.")
 }
 
