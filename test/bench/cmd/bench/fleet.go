@@ -566,26 +566,29 @@ const (
 	upstreamReadsMetric = "index_apiserver_consistent_reads_from_upstream_total"
 )
 
-// podCounter is the value of index-apiserver's counter name for pods (0 if
-// it cannot be read: the bench reports it, it does not depend on it).
-func podCounter(ctx context.Context, s *stackInfo, name string) int {
+// podCounters are index-apiserver's counters names for pods, from one
+// scrape (0 for one it cannot read: the bench reports them, it does not
+// depend on them).
+func podCounters(ctx context.Context, s *stackInfo, names ...string) []int {
+	out := make([]int, len(names))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.indexURL+"/metrics", nil)
 	if err != nil {
-		return 0
+		return out
 	}
 	resp, err := s.indexHTTP.Do(req)
 	if err != nil {
-		return 0
+		return out
 	}
 	defer resp.Body.Close()
-	series := name + `{resource="pods.indexing.k8s.io"} `
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return int(f)
+		for i, name := range names {
+			if v, ok := strings.CutPrefix(sc.Text(), name+`{resource="pods.indexing.k8s.io"} `); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				out[i] = int(f)
+			}
 		}
 	}
-	return 0
+	return out
 }

@@ -5,7 +5,6 @@ package main
 import (
 	"fmt"
 	"image/color"
-	"os"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -215,15 +214,7 @@ func drawPanels(path string, rows [][]*plot.Plot) error {
 			p.Draw(tiles.At(dc, j, i))
 		}
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return savePNG(img, path)
 }
 
 // writeSaturationPlot: one row per sweep (label, shard), one panel per

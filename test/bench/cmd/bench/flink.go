@@ -81,13 +81,10 @@ func flinkFleet(ctx context.Context, s *stackInfo, o options, res *Results) erro
 				return err
 			},
 		}
-		for _, way := range o.ways {
-			r, err := runLabelFleet(ctx, s, o, f, way, res.FleetBackground)
-			if err != nil {
-				return fmt.Errorf("flink %d %s: %w", n, way, err)
-			}
-			res.Fleets = append(res.Fleets, *r)
-			checkFleet(r, res)
+		if err := eachWay(o, res, f.workload, n, func(way string) (*FleetResult, error) {
+			return runLabelFleet(ctx, s, o, f, way, res.FleetBackground)
+		}); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -161,7 +161,7 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 	logf("  steady: %d status updates/s for %v", int(o.fleetStatusRate), o.fleetDuration)
 	steadyWin := startMeter(s)
 	profiled := profileSteady(ctx, s, o, fmt.Sprintf("%s-%d-%s", f.workload, f.n, way))
-	revReads0, upReads0 := podCounter(ctx, s, revisionReadsMetric), podCounter(ctx, s, upstreamReadsMetric)
+	reads0 := podCounters(ctx, s, revisionReadsMetric, upstreamReadsMetric)
 	stop := make(chan struct{})
 	var side sync.WaitGroup
 	for a := 0; a < f.n; a++ {
@@ -215,8 +215,8 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 	close(stop)
 	side.Wait()
 	r.Steady = steadyWin.stop()
-	r.RevisionReads = podCounter(ctx, s, revisionReadsMetric) - revReads0
-	r.UpstreamReads = podCounter(ctx, s, upstreamReadsMetric) - upReads0
+	reads1 := podCounters(ctx, s, revisionReadsMetric, upstreamReadsMetric)
+	r.RevisionReads, r.UpstreamReads = reads1[0]-reads0[0], reads1[1]-reads0[1]
 	if err := <-profiled; err != nil {
 		logf("  profiles: %v", err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -101,4 +102,22 @@ feed:
 // waitIndexed waits until a consistent LIST of index-apiserver sees all pods.
 func waitIndexed(ctx context.Context, s *stackInfo, o options) error {
 	return waitIndexedCount(ctx, s, o.apps*o.podsPerApp)
+}
+
+// loadAndSettle loads the pods, waits until index-apiserver has them all,
+// lets both caches settle and the GC run, and records both servers' RSS
+// growth per pod.
+func loadAndSettle(ctx context.Context, s *stackInfo, o options, res *Results) error {
+	m := markRSS(s)
+	if err := load(ctx, s, o, res); err != nil {
+		return fmt.Errorf("loading pods: %w", err)
+	}
+	if err := waitIndexed(ctx, s, o); err != nil {
+		return err
+	}
+	time.Sleep(3 * time.Second)
+	m.record(s, res, res.Load.Pods)
+	logf("RSS after loading %d pods: kube-apiserver %.0f MiB (+%.0f), index-apiserver %.0f MiB (+%.0f)",
+		res.Load.Pods, res.RSS[0].LoadedMiB, res.RSS[0].LoadedMiB-m.kube, res.RSS[1].LoadedMiB, res.RSS[1].LoadedMiB-m.index)
+	return nil
 }

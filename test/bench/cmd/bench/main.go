@@ -382,25 +382,9 @@ func run(ctx context.Context, o options) int {
 }
 
 func phases(ctx context.Context, s *stackInfo, o options, res *Results) error {
-	emptyKube, emptyIndex := rssMiB(s.kubePID), rssMiB(s.indexPID)
-	if err := load(ctx, s, o, res); err != nil {
-		return fmt.Errorf("loading pods: %w", err)
-	}
-	if err := waitIndexed(ctx, s, o); err != nil {
+	if err := loadAndSettle(ctx, s, o, res); err != nil {
 		return err
 	}
-	// Let both caches settle and the GC run before reading RSS.
-	time.Sleep(3 * time.Second)
-	pods := float64(res.Load.Pods)
-	for _, t := range []struct {
-		name       string
-		pid        int
-		empty, now float64
-	}{{kubeTarget, s.kubePID, emptyKube, rssMiB(s.kubePID)}, {indexTarget, s.indexPID, emptyIndex, rssMiB(s.indexPID)}} {
-		res.RSS = append(res.RSS, RSSResult{Target: t.name, EmptyMiB: t.empty, LoadedMiB: t.now,
-			Per10kMiB: t.now / pods * 10000, DeltaPer10k: (t.now - t.empty) / pods * 10000})
-	}
-	logf("RSS after loading: kube-apiserver %.0f MiB, index-apiserver %.0f MiB", res.RSS[0].LoadedMiB, res.RSS[1].LoadedMiB)
 
 	if err := compareLists(ctx, s, o); err != nil {
 		res.Failures = append(res.Failures, err.Error())

@@ -94,3 +94,21 @@ func pct(d []time.Duration, p int) float64 {
 	}
 	return float64(c[i-1].Microseconds()) / 1000
 }
+
+// rssMark is both servers' RSS before pods are loaded.
+type rssMark struct{ kube, index float64 }
+
+func markRSS(s *stackInfo) rssMark { return rssMark{rssMiB(s.kubePID), rssMiB(s.indexPID)} }
+
+// record appends both servers' RSS now, and its growth since m per 10k of
+// the pods loaded meanwhile, to res.
+func (m rssMark) record(s *stackInfo, res *Results, pods int) {
+	n := float64(pods)
+	for _, t := range []struct {
+		name       string
+		empty, now float64
+	}{{kubeTarget, m.kube, rssMiB(s.kubePID)}, {indexTarget, m.index, rssMiB(s.indexPID)}} {
+		res.RSS = append(res.RSS, RSSResult{Target: t.name, EmptyMiB: t.empty, LoadedMiB: t.now,
+			Per10kMiB: t.now / n * 10000, DeltaPer10k: (t.now - t.empty) / n * 10000})
+	}
+}

@@ -52,15 +52,7 @@ func writePlot(path string, cases []WatchCase) error {
 	for i, p := range panels {
 		p.Draw(canvases[0][i])
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return savePNG(img, path)
 }
 
 func cpuPanel(cases []WatchCase, kind, title, xLabel string) (*plot.Plot, error) {
@@ -133,4 +125,17 @@ func watcherTicks(cases []WatchCase, kind string) plot.ConstantTicks {
 		}
 	}
 	return t
+}
+
+// savePNG writes img to path.
+func savePNG(img *vgimg.Canvas, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -59,24 +59,9 @@ type SaturationStep struct {
 }
 
 func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error {
-	emptyKube, emptyIndex := rssMiB(s.kubePID), rssMiB(s.indexPID)
-	if err := load(ctx, s, o, res); err != nil {
-		return fmt.Errorf("loading pods: %w", err)
-	}
-	if err := waitIndexed(ctx, s, o); err != nil {
+	if err := loadAndSettle(ctx, s, o, res); err != nil {
 		return err
 	}
-	time.Sleep(3 * time.Second)
-	pods := float64(res.Load.Pods)
-	for _, t := range []struct {
-		name       string
-		empty, now float64
-	}{{kubeTarget, emptyKube, rssMiB(s.kubePID)}, {indexTarget, emptyIndex, rssMiB(s.indexPID)}} {
-		res.RSS = append(res.RSS, RSSResult{Target: t.name, EmptyMiB: t.empty, LoadedMiB: t.now,
-			Per10kMiB: t.now / pods * 10000, DeltaPer10k: (t.now - t.empty) / pods * 10000})
-	}
-	logf("RSS after loading %d realistic pods: kube-apiserver %.0f MiB (+%.0f), index-apiserver %.0f MiB (+%.0f)",
-		res.Load.Pods, res.RSS[0].LoadedMiB, res.RSS[0].LoadedMiB-emptyKube, res.RSS[1].LoadedMiB, res.RSS[1].LoadedMiB-emptyIndex)
 	// index-apiserver's heap after the load (what holds the memory: objects,
 	// indexes, event window): go tool pprof -top -inuse_space <file>.
 	heap := filepath.Join("_output", "bench", "saturate-index-heap-"+res.Started.Format("20060102T150405Z")+".pprof")

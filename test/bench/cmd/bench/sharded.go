@@ -98,13 +98,10 @@ func shardedFleet(ctx context.Context, s *stackInfo, o options, res *Results) er
 		return err
 	}
 	for _, n := range o.shardedReplicas {
-		for _, way := range o.ways {
-			r, err := runSharded(ctx, s, o, n, way, pods, nodes, res.FleetBackground)
-			if err != nil {
-				return fmt.Errorf("sharded %d %s: %w", n, way, err)
-			}
-			res.Fleets = append(res.Fleets, *r)
-			checkFleet(r, res)
+		if err := eachWay(o, res, "sharded", n, func(way string) (*FleetResult, error) {
+			return runSharded(ctx, s, o, n, way, pods, nodes, res.FleetBackground)
+		}); err != nil {
+			return err
 		}
 	}
 	return nil

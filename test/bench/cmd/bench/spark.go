@@ -86,14 +86,25 @@ func sparkFleet(ctx context.Context, s *stackInfo, o options, res *Results) erro
 			listPeriod:   o.sparkListPeriod,
 			markInactive: func(i int) bool { return i%2 == 1 },
 		}
-		for _, way := range o.ways {
-			r, err := runLabelFleet(ctx, s, o, f, way, res.FleetBackground)
-			if err != nil {
-				return fmt.Errorf("spark %d %s: %w", n, way, err)
-			}
-			res.Fleets = append(res.Fleets, *r)
-			checkFleet(r, res)
+		if err := eachWay(o, res, f.workload, n, func(way string) (*FleetResult, error) {
+			return runLabelFleet(ctx, s, o, f, way, res.FleetBackground)
+		}); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// eachWay runs one fleet size each way in -ways, keeping each result and
+// noting a failed check.
+func eachWay(o options, res *Results, workload string, size int, run func(way string) (*FleetResult, error)) error {
+	for _, way := range o.ways {
+		r, err := run(way)
+		if err != nil {
+			return fmt.Errorf("%s %d %s: %w", workload, size, way, err)
+		}
+		res.Fleets = append(res.Fleets, *r)
+		checkFleet(r, res)
 	}
 	return nil
 }
