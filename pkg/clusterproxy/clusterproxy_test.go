@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -200,5 +201,71 @@ func TestPassthroughImpersonates(t *testing.T) {
 		if strings.HasPrefix(k, "X-Remote-") || strings.HasPrefix(k, "Impersonate-") && want[k] == nil {
 			t.Errorf("upstream got forged header %s: %q", k, got.Header.Values(k))
 		}
+	}
+}
+
+// TestPassthroughConnectionCannotDropIdentity: a client that names the
+// identity headers in Connection (hop-by-hop: a reverse proxy deletes what
+// Connection names) still reaches upstream as itself, never as the server
+// with no Impersonate-User; upgrades keep Connection: Upgrade.
+func TestPassthroughConnectionCannotDropIdentity(t *testing.T) {
+	type seen struct {
+		header http.Header
+	}
+	got := make(chan seen, 1)
+	upstream := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{header: r.Header.Clone()}
+		w.WriteHeader(http.StatusForbidden)
+	}))
+	defer upstream.Close()
+	up, err := NewUpstream(&rest.Config{Host: upstream.URL, BearerToken: "server-token",
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, nil, codecs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{Upstream: up, Authorizer: &fakeAuthorizer{}, Serializer: codecs})
+	identity := "Impersonate-User, Impersonate-Group, Impersonate-Uid, Impersonate-Extra-Authentication.kubernetes.io%2fcredential-Id, Authorization"
+	for _, c := range []struct {
+		name, method, path, connection string
+		upgrade                        bool
+	}{
+		{"all identity headers", "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", identity, false},
+		{"uid and extras only", "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", "Impersonate-Uid, impersonate-extra-authentication.kubernetes.io%2fcredential-id", false},
+		{"keep-alive and identity", "GET", "/api/v1/namespaces/spark/configmaps", "keep-alive, " + identity, false},
+		{"upgrade and identity", "GET", "/api/v1/namespaces/spark/pods/p/exec?command=ls", "Upgrade, " + identity, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest(c.method, Prefix+c.path, strings.NewReader(`{}`))
+			req.Header.Set("Connection", c.connection)
+			if c.upgrade {
+				req.Header.Set("Upgrade", "websocket")
+			}
+			req = req.WithContext(request.WithUser(req.Context(), &user.DefaultInfo{
+				Name: "alice", UID: "u-1", Groups: []string{"devs"},
+				Extra: map[string][]string{"authentication.kubernetes.io/credential-id": {"X509SHA256=ab"}},
+			}))
+			rec := httptest.NewRecorder()
+			h.Wrap(http.NotFoundHandler()).ServeHTTP(rec, req)
+			var s seen
+			select {
+			case s = <-got:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("upstream never reached: %d %s", rec.Code, rec.Body)
+			}
+			for k, v := range map[string]string{
+				"Authorization":     "Bearer server-token",
+				"Impersonate-User":  "alice",
+				"Impersonate-Uid":   "u-1",
+				"Impersonate-Group": "devs",
+				"Impersonate-Extra-Authentication.kubernetes.io%2fcredential-Id": "X509SHA256=ab",
+			} {
+				if g := strings.Join(s.header.Values(k), ","); g != v {
+					t.Errorf("upstream header %s = %q, want %q", k, g, v)
+				}
+			}
+			if c.upgrade && !strings.EqualFold(s.header.Get("Connection"), "Upgrade") {
+				t.Errorf("upgrade reached upstream with Connection %q", s.header.Get("Connection"))
+			}
+		})
 	}
 }

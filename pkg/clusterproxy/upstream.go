@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"time"
@@ -88,6 +89,7 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	out := req.Clone(ctx)
+	dropHopByHop(out.Header)
 	u.stripCredentials(out.Header)
 	imp, err := transport.NewImpersonatingRoundTripper(transport.ImpersonationConfig{
 		UserName: caller.GetName(),
@@ -121,6 +123,32 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	h.FlushInterval = -1 // watches and logs stream through unbuffered
 	h.RejectForwardingRedirects = true
 	h.ServeHTTP(w, out)
+}
+
+// dropHopByHop deletes the headers the client named in Connection and
+// leaves Connection naming Upgrade at most. Named headers are for this hop
+// only, and the reverse proxy deletes every header Connection names after
+// the identity headers below are set: a client naming Impersonate-User
+// would otherwise have the request run as this server. kube-apiserver's
+// aggregator likewise sets identity headers only after removing hop-by-hop
+// headers.
+func dropHopByHop(h http.Header) {
+	upgrade := false
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			name = textproto.TrimString(name)
+			switch {
+			case strings.EqualFold(name, "Upgrade"):
+				upgrade = true
+			case name != "":
+				h.Del(name)
+			}
+		}
+	}
+	h.Del("Connection")
+	if upgrade {
+		h.Set("Connection", "Upgrade")
+	}
 }
 
 // stripCredentials removes everything a caller could send to act as someone

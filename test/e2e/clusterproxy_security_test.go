@@ -204,6 +204,27 @@ func TestClusterProxySecurity(t *testing.T) {
 			if code != http.StatusCreated || whoamiName(t, body) != limited {
 				t.Errorf("whoami: %d %s, want %s", code, body, limited)
 			}
+			// Naming the identity headers hop-by-hop (Connection, HTTP/1.1:
+			// call's transport does not speak HTTP/2) must not let the
+			// request run as index-apiserver's own ServiceAccount.
+			for _, conn := range []string{
+				"Impersonate-User, Impersonate-Group, Impersonate-Uid, Impersonate-Extra-Authentication.kubernetes.io%2fcredential-Id",
+				"Impersonate-Uid, Impersonate-Extra-Authentication.kubernetes.io%2fcredential-Id",
+				"Authorization, Impersonate-User",
+			} {
+				code, body = call(t, limitedCert, http.MethodPost, e.host+"/apis/authentication.k8s.io/v1/selfsubjectreviews", []byte(whoami), map[string]string{"Connection": conn})
+				if code != http.StatusCreated {
+					t.Errorf("whoami with Connection: %s: %d %s", conn, code, body)
+					continue
+				}
+				var r authenticationv1.SelfSubjectReview
+				if err := json.Unmarshal([]byte(body), &r); err != nil {
+					t.Fatal(err)
+				}
+				if u := r.Status.UserInfo; u.Username != limited || len(u.Extra["authentication.kubernetes.io/credential-id"]) == 0 {
+					t.Errorf("whoami with Connection: %s: %+v, want %s with its credential-id", conn, u, limited)
+				}
+			}
 		})
 	}
 
