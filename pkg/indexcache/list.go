@@ -49,6 +49,11 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		if err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
 		}
+		if opts.ResourceVersion != "" && opts.ResourceVersion != "0" {
+			// The token names its state; kube-apiserver refuses another one
+			// (storage.ValidateListOptions).
+			return nil, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
+		}
 		startKey = strings.TrimPrefix(key, continuePrefix)
 		if rv < 0 {
 			// The token of a 410: continue at the latest state, read

@@ -260,6 +260,17 @@ func TestBadRequests(t *testing.T) {
 			t.Errorf("%s: status %+v, want message containing %q", tc.path, s, tc.msg)
 		}
 	}
+	// A continue token with a resourceVersion: kube-apiserver's 400, from
+	// both servers (a token is relative to the resource's key prefix, so one
+	// token reads the same on either).
+	tok := url.QueryEscape(`eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6NSwic3RhcnQiOiJkZWZhdWx0L3hcdTAwMDAifQ`)
+	for _, path := range []string{pods, "/api/v1/pods"} {
+		code, body := c.get(ctx, path+"?limit=1&resourceVersion=5&continue="+tok)
+		const msg = "specifying resource version is not allowed when using continue"
+		if s := status(t, body); code != http.StatusBadRequest || s.Message != msg {
+			t.Errorf("%s with continue and resourceVersion=5: %d %q, want 400 %q", path, code, s.Message, msg)
+		}
+	}
 	// Writes are not served.
 	res := c.kube.Discovery().RESTClient().Post().AbsPath("/apis/indexing.k8s.io/v1alpha1/namespaces/default/pods").
 		Body([]byte(`{"apiVersion":"indexing.k8s.io/v1alpha1","kind":"Pod","metadata":{"name":"x"}}`)).SetHeader("Content-Type", "application/json").Do(ctx)
