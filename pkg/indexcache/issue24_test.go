@@ -2,9 +2,15 @@ package indexcache
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 )
 
 // TestContinueWithResourceVersionIsRefused: a continue token names its own
@@ -34,4 +40,77 @@ func TestContinueWithResourceVersionIsRefused(t *testing.T) {
 	if _, err := c.List(ctx, ListOptions{Continue: "bogus", ResourceVersion: "10"}); !errors.IsBadRequest(err) || err.Error() == "specifying resource version is not allowed when using continue" {
 		t.Errorf("a bogus token with a resourceVersion: %v, want 400 invalid continue token", err)
 	}
+}
+
+// TestWatchListInitialStateIsOneState (issue 24, 3): a WatchList
+// (sendInitialEvents=true) while updates stream in delivers the ADDED events
+// of one state, each object once, then the initial-events-end bookmark at
+// that state's resourceVersion, then only later events - never a MODIFIED
+// (a change committed while the state was prepared) before the bookmark.
+func TestWatchListInitialStateIsOneState(t *testing.T) {
+	const pods = 20000
+	c := newCacheWith(t, func(cfg *Config) { cfg.EventWindow = 100000 })
+	var list []*indexing.Pod
+	for i := range pods {
+		list = append(list, mkPod("ns", fmt.Sprintf("p%05d", i), fmt.Sprintf("u%d", i), 5, map[string]string{"app": "x"}, "", ""))
+	}
+	synced(t, c, list...)
+	stop := make(chan struct{})
+	streamed := make(chan uint64)
+	go func() { // updates streaming in, one after another
+		rv := uint64(10)
+		defer func() { streamed <- rv }()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			rv++
+			if err := c.Ingest().Update(mkPod("ns", fmt.Sprintf("p%05d", i%pods), fmt.Sprintf("u%d", i%pods), rv, map[string]string{"app": "x"}, "", "")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	yes := true
+	sel := labels.SelectorFromSet(labels.Set{"app": "x"})
+	for attempt := range 5 {
+		for _, opts := range []WatchOptions{
+			{SendInitialEvents: &yes, AllowWatchBookmarks: true, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, ResourceVersion: "0"},
+			{SendInitialEvents: &yes, AllowWatchBookmarks: true, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, ResourceVersion: "0", Label: sel},
+		} {
+			w := mustWatch(t, c, opts)
+			seen := map[string]bool{}
+			var maxRV uint64
+			for {
+				ev := recv(t, w)
+				if ev.Type == watch.Bookmark {
+					bmRV := eventRV(ev.Object)
+					if len(seen) != pods || bmRV < maxRV {
+						t.Fatalf("attempt %d (label %v): bookmark at %d after %d objects (newest at %d), want %d objects, none newer", attempt, opts.Label != nil, bmRV, len(seen), maxRV, pods)
+					}
+					// The next event is a later change.
+					if next := recv(t, w); eventRV(next.Object) <= bmRV {
+						t.Fatalf("attempt %d: after the bookmark at %d: %s", attempt, bmRV, describe(next))
+					}
+					break
+				}
+				d := describe(ev)
+				if ev.Type != watch.Added {
+					t.Fatalf("attempt %d (label %v): %s before the initial-events-end bookmark (after %d objects)", attempt, opts.Label != nil, d, len(seen))
+				}
+				m := ev.Object.(metav1.Object)
+				k := m.GetNamespace() + "/" + m.GetName()
+				if seen[k] {
+					t.Fatalf("attempt %d: %s twice in the initial state", attempt, k)
+				}
+				seen[k] = true
+				maxRV = max(maxRV, eventRV(ev.Object))
+			}
+			w.Stop()
+		}
+	}
+	close(stop)
+	<-streamed
 }

@@ -137,6 +137,14 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64)
 		}
 	}
 
+	if endBookmark {
+		// A WatchList's initial events are one state, the one prepared at
+		// at; its end bookmark says so, and what was committed meanwhile
+		// follows as later events (kube-apiserver sends only ADDED before
+		// the bookmark).
+		initial = append(initial, c.bookmarkEvent(at, true))
+	}
+
 	// Complete with what was committed meanwhile, and register.
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -173,9 +181,6 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64)
 		w.fromRV = fromRV
 	}
 	startRV := max(c.rv, fromRV)
-	if endBookmark {
-		initial = append(initial, c.bookmarkEvent(startRV, true))
-	}
 	w.sentRV.Store(startRV)
 	w.start(initial, c.cfg.WatchBuffer)
 	w.route = c.chooseRoute(pred)
