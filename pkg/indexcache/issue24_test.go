@@ -114,3 +114,34 @@ func TestWatchListInitialStateIsOneState(t *testing.T) {
 	close(stop)
 	<-streamed
 }
+
+// TestWatchFromNowStartsAtUpstreamsRV (issue 24, 8): a watch "from now"
+// (no resourceVersion, sendInitialEvents=false) while the cache lags
+// (upstream at 20, the cache at 10) starts at upstream's current
+// resourceVersion, as kube-apiserver's cacher does: a write at 15 that
+// completed before the request is not delivered, and no bookmark carries a
+// resourceVersion below 20.
+func TestWatchFromNowStartsAtUpstreamsRV(t *testing.T) {
+	c := newCacheWith(t, func(cfg *Config) {
+		cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return 20, nil }
+	})
+	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""))
+	no := false
+	w := mustWatch(t, c, WatchOptions{SendInitialEvents: &no, AllowWatchBookmarks: true, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
+	in := c.Ingest()
+	if err := in.Update(mkPod("ns", "a", "ua", 15, nil, "n1", "")); err != nil { // done before the watch
+		t.Fatal(err)
+	}
+	bookmarkNow(c) // the cache is at 15: nothing to say to a watch from 20
+	if err := in.Update(mkPod("ns", "a", "ua", 21, nil, "n2", "")); err != nil {
+		t.Fatal(err)
+	}
+	if got := describe(recv(t, w)); got != "MODIFIED ns/a@21" {
+		t.Fatalf("the first event of a watch from now (upstream at 20): %s, want MODIFIED ns/a@21", got)
+	}
+	// A legacy watch without sendInitialEvents is unchanged: the state, then events.
+	w2 := mustWatch(t, c, WatchOptions{})
+	if got := describe(recv(t, w2)); got != "ADDED ns/a@21" {
+		t.Fatalf("a legacy watch: %s, want ADDED ns/a@21", got)
+	}
+}

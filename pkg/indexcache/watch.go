@@ -19,7 +19,8 @@ const maxRegisterAttempts = 3
 //     k8s.io/initial-events-end, then live events.
 //   - RV "" or "0" without SendInitialEvents: the current state as ADDED
 //     events, then live events (legacy). With SendInitialEvents=false: live
-//     events only.
+//     events only, after upstream's current resourceVersion (RV "") or the
+//     cache's (RV "0").
 //   - RV "N": the retained events after N, then live events; 410 Gone when N
 //     is older than the event window. An N newer than the cache (a replica
 //     behind the one the client read from) opens at once and skips the
@@ -54,6 +55,14 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 	}
 	if sendState && opts.SendInitialEvents != nil {
 		if err := c.waitFresh(ctx, rv); err != nil {
+			return newErrWatcher(err), nil
+		}
+	}
+	if rv == "" && opts.SendInitialEvents != nil && !sendState {
+		// "From now" is upstream's now, as kube-apiserver's cacher reads
+		// etcd's current revision: a lagging cache must not deliver changes
+		// that completed before the request, nor bookmarks below it.
+		if fromRV, err = c.UpstreamResourceVersion(ctx); err != nil {
 			return newErrWatcher(err), nil
 		}
 	}
