@@ -258,7 +258,9 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 	ended := c.router.list()
 	n, stats := c.tree.Len(), c.indexes.stats()
 	c.mu.Unlock()
-	c.dropSnapshotsBefore(rv)
+	// The state at rv itself may have changed (a relist at the cache's
+	// resourceVersion): a snapshot taken there before is not it any more.
+	c.dropSnapshotsBefore(rv + 1)
 	c.enqueue(dispatchItem{progress: rv, end: ended})
 
 	c.m.objects.Set(float64(n))

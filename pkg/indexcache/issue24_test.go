@@ -3,6 +3,7 @@ package indexcache
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/errors"
@@ -143,5 +144,82 @@ func TestWatchFromNowStartsAtUpstreamsRV(t *testing.T) {
 	w2 := mustWatch(t, c, WatchOptions{})
 	if got := describe(recv(t, w2)); got != "ADDED ns/a@21" {
 		t.Fatalf("a legacy watch: %s, want ADDED ns/a@21", got)
+	}
+}
+
+// TestSnapshotsHoldNothingPerSelector (issue 24, 2): first pages with 2,000
+// distinct selectors over one indexed value (limit=1, resourceVersion=0, 500
+// pods matching) leave one snapshot of the state, as kube-apiserver keeps
+// one per resourceVersion: nothing per selector text (it held each page's
+// 500 candidates, 1,000,000 entry pointers). Their continue tokens still
+// give the rest of their state after later writes.
+func TestSnapshotsHoldNothingPerSelector(t *testing.T) {
+	const pods, selectors = 500, 2000
+	c := newTestCache(t)
+	if err := c.SetIndexes([]string{"app"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var list []*indexing.Pod
+	for i := range pods {
+		list = append(list, mkPod("ns", fmt.Sprintf("p%03d", i), fmt.Sprintf("u%d", i), 5, map[string]string{"app": "x", "junk": fmt.Sprint(i % 7)}, "", ""))
+	}
+	synced(t, c, list...)
+	ctx := context.Background()
+	heapNow := func() uint64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := heapNow()
+	tokens := make([]string, selectors)
+	for i := range selectors {
+		sel, err := labels.Parse(fmt.Sprintf("app=x,junk!=v%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.List(ctx, ListOptions{Label: sel, Limit: 1, ResourceVersion: "0"})
+		if err != nil || res.Index != "label:app" || len(res.Items) != 1 || res.Continue == "" {
+			t.Fatalf("first page %d: %s (index %v)", i, fmtList(res, err), res.Index)
+		}
+		tokens[i] = res.Continue
+	}
+	grew := int64(heapNow()) - int64(before)
+	// The tokens themselves are ~200 KB; 1,000,000 pointers are 8 MB.
+	if grew > 2<<20 {
+		t.Errorf("2,000 first pages with distinct selectors retain %d bytes (want under 2 MiB: nothing per selector)", grew)
+	}
+	// Later pages still read the state at 10, whatever changed since.
+	in := c.Ingest()
+	for i := range 50 {
+		lbl := map[string]string{"app": "x", "junk": "0"}
+		if i%2 == 0 {
+			lbl = map[string]string{"app": "y"}
+		}
+		if err := in.Update(mkPod("ns", fmt.Sprintf("p%03d", i*7), fmt.Sprintf("u%d", i*7), uint64(11+i), lbl, "", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := in.Delete(mkPod("ns", "p001", "u1", 61, nil, "", "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Add(mkPod("ns", "p0015", "u-new", 62, map[string]string{"app": "x"}, "", "")); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 3, 1999} {
+		sel, _ := labels.Parse(fmt.Sprintf("app=x,junk!=v%d", i))
+		var got []string
+		tok := tokens[i]
+		for tok != "" {
+			res, err := c.List(ctx, ListOptions{Label: sel, Limit: 97, Continue: tok})
+			if err != nil || res.ResourceVersion != 10 {
+				t.Fatalf("selector %d: %s", i, fmtList(res, err))
+			}
+			got = append(got, itemKeys(res.Items)...)
+			tok = res.Continue
+		}
+		if len(got) != pods-1 || got[0] != "ns/p001@5" || got[len(got)-1] != "ns/p499@5" {
+			t.Fatalf("selector %d: the rest of the state at 10 is %d items %v ... %v, want p001..p499 at 5", i, len(got), got[:2], got[len(got)-1])
+		}
 	}
 }

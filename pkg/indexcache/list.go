@@ -223,6 +223,6 @@ func (c *Cache) page(v view, pred *predicate, startKey string, limit int64) *Lis
 		})
 		res.RemainingItemCount = &n
 	}
-	c.keepSnapshot(v, pred)
+	c.keepSnapshot(v)
 	return res
 }

@@ -1,30 +1,33 @@
 package indexcache
 
 import (
+	"sort"
 	"time"
 
 	"github.com/google/btree"
 )
 
 // snapshot is a retained past state for continue tokens and Exact reads. It
-// shares every unchanged node and entry with the live store (copy-on-write),
-// and remembers the index candidates of the paginated lists made from it so
-// their later pages cost what the first did.
+// shares every unchanged node and entry with the live store (copy-on-write).
+// Like kube-apiserver's, there is one per resourceVersion and nothing per
+// selector: a later page of an indexed list finds its candidates again
+// (candidatesAt), so what a reader can make the cache hold does not grow with
+// the selectors it sends.
 //
 // A snapshot is only a shortcut: the state at rv can be rebuilt while the
 // event window reaches back to rv, and is gone (410) once it does not,
 // however often it is read. So what a snapshot pins is bounded by the
 // window's retention; unused ones are dropped sooner (SnapshotRetention).
 type snapshot struct {
-	tree       *btree.BTreeG[*entry]
-	expires    time.Time       // when unused, and rebuildable, it may go
-	candidates map[string]view // by predicate key
+	tree    *btree.BTreeG[*entry]
+	expires time.Time // when unused, and rebuildable, it may go
 }
 
 // stateAt returns the state at rv: a retained snapshot, the live state when
-// rv is current, or the live state with the newer events undone. It fails
-// with 410 when the event window no longer reaches back to rv. The caller
-// has waited for the cache to reach rv.
+// rv is current, or the live state with the newer events undone; with the
+// index candidates of pred in it when an index applies. It fails with 410
+// when the event window no longer reaches back to rv. The caller has waited
+// for the cache to reach rv.
 func (c *Cache) stateAt(rv uint64, pred *predicate) (view, error) {
 	now := c.cfg.Clock.Now()
 	c.mu.RLock()
@@ -37,17 +40,14 @@ func (c *Cache) stateAt(rv uint64, pred *predicate) (view, error) {
 	c.snapMu.Lock()
 	if s, ok := c.snapshots[rv]; ok {
 		s.expires = now.Add(c.cfg.SnapshotRetention)
-		v, hit := s.candidates[pred.key]
 		c.snapMu.Unlock()
 		c.mu.RUnlock()
-		if hit {
-			return v, nil
-		}
-		return view{tree: s.tree, rv: rv}, nil
+		return c.candidatesAt(view{tree: s.tree, rv: rv}, pred), nil
 	}
 	c.snapMu.Unlock()
 	if rv == cur {
 		v := view{tree: c.cloneTree(), rv: rv}
+		v.candidates, v.index, v.indexed = c.indexes.candidates(pred)
 		c.mu.RUnlock()
 		return v, nil
 	}
@@ -63,29 +63,55 @@ func (c *Cache) stateAt(rv uint64, pred *predicate) (view, error) {
 			tree.ReplaceOrInsert(ev.prev)
 		}
 	}
-	v := view{tree: tree, rv: rv}
 	c.storeSnapshot(rv, &snapshot{tree: tree, expires: now.Add(c.cfg.SnapshotRetention)})
-	return v, nil
+	return c.candidatesAt(view{tree: tree, rv: rv}, pred), nil
+}
+
+// candidatesAt adds to v (a past state's tree) the candidates an index
+// would have chosen for pred at v.rv: the live index's, and every key an
+// event after v.rv touched, each read from v's tree. So a later page costs
+// what the first did plus the changes since, and nothing is kept per
+// selector. v is returned as it is when no index applies or the window no
+// longer reaches v.rv (then the tree is scanned).
+func (c *Cache) candidatesAt(v view, pred *predicate) view {
+	c.mu.RLock()
+	live, name, ok := c.indexes.candidates(pred)
+	var events []*storeEvent
+	if ok {
+		events, ok = c.window.since(v.rv)
+	}
+	c.mu.RUnlock()
+	if !ok {
+		return v
+	}
+	changed := make(map[string]bool, len(events))
+	for _, ev := range events {
+		changed[ev.cur.key] = true
+	}
+	out := make([]*entry, 0, len(live)+len(changed))
+	for _, e := range live {
+		if !changed[e.key] {
+			out = append(out, e) // the same entry then and now
+		}
+	}
+	for k := range changed {
+		if e, found := v.tree.Get(&entry{key: k}); found {
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	v.candidates, v.index, v.indexed = out, name, true
+	return v
 }
 
 // keepSnapshot retains the view a page was cut from, so the continue token
 // finds it.
-func (c *Cache) keepSnapshot(v view, pred *predicate) {
-	now := c.cfg.Clock.Now()
+func (c *Cache) keepSnapshot(v view) {
 	c.snapMu.Lock()
-	s, ok := c.snapshots[v.rv]
+	_, ok := c.snapshots[v.rv]
 	c.snapMu.Unlock()
 	if !ok {
-		s = &snapshot{tree: v.tree, expires: now.Add(c.cfg.SnapshotRetention)}
-		s = c.storeSnapshot(v.rv, s)
-	}
-	if v.indexed {
-		c.snapMu.Lock()
-		if s.candidates == nil {
-			s.candidates = map[string]view{}
-		}
-		s.candidates[pred.key] = v
-		c.snapMu.Unlock()
+		c.storeSnapshot(v.rv, &snapshot{tree: v.tree, expires: c.cfg.Clock.Now().Add(c.cfg.SnapshotRetention)})
 	}
 }
 
