@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 BIN := _output/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all build localstack binaries promtool up down test test-unit test-monitoring test-fuzz test-e2e bench verify codegen clean
+.PHONY: all build localstack binaries promtool up down test test-unit test-monitoring test-fuzz test-e2e soak bench verify codegen clean
 
 all: build
 
@@ -63,6 +63,16 @@ test-fuzz:
 test-e2e:
 	go test $(GO_TEST_FLAGS) -count=1 -timeout 30m -p 1 ./test/localstack/... ./test/e2e/...
 	go run ./test/bench/cmd/bench -smoke
+
+## soak: TestSoak (test/e2e) for SOAK_DURATION (1h): two replicas behind the aggregator and read
+##       directly, Spark-like, Flink-like and sharded WatchList clients, faults injected with toxiproxy
+##       and on the stack on a schedule drawn from SOAK_SEED (default: the time; the log prints it
+##       for a replay). `make test` runs it for 2 minutes with seed 1. Report in _output/soak-report.md
+SOAK_DURATION ?= 1h
+SOAK_SEED ?= $(shell date +%s)
+soak: binaries build
+	SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_REPORT=$(abspath _output/soak-report.md) \
+		go test -count=1 -v -run '^TestSoak$$' -timeout 3h ./test/e2e/
 
 ## bench: side-by-side benchmark against kube-apiserver (test/bench/cmd/bench; 50k pods, 3 rounds by
 ##        default, about 25 minutes; BENCH_FLAGS="-apps 500 -repeat 1" for a quick 10k-pod run);

@@ -234,6 +234,11 @@ type rawClient struct {
 	c    indexclient.Interface
 	ns   string
 	rng  *rand.Rand
+	// selector and shard select the client's pods (selector "":
+	// relistSelector); watchList syncs with a WatchList
+	// (sendInitialEvents=true) instead of a paged list.
+	selector, shard string
+	watchList       bool
 
 	mu       sync.Mutex
 	epochs   []*epoch
@@ -285,21 +290,42 @@ func (c *rawClient) tolerated(what string, err error) bool {
 func (c *rawClient) run(ctx context.Context, synced chan<- struct{}) {
 	first := true
 	for ctx.Err() == nil {
-		if !c.list(ctx) {
+		sync, more := c.list, c.watch
+		if c.watchList {
+			sync = func(ctx context.Context) bool {
+				return c.watchListSync(ctx, func() {
+					if first {
+						close(synced)
+						first = false
+					}
+				})
+			}
+		}
+		if !sync(ctx) {
 			continue
 		}
 		if first {
 			close(synced)
 			first = false
 		}
-		for ctx.Err() == nil && c.watch(ctx) {
+		for ctx.Err() == nil && more(ctx) {
 		}
 	}
 }
 
+// options are the client's selectors.
+func (c *rawClient) options() metav1.ListOptions {
+	sel := c.selector
+	if sel == "" {
+		sel = relistSelector
+	}
+	return metav1.ListOptions{LabelSelector: sel, ShardSelector: c.shard}
+}
+
 // list makes a consistent paged list; false: retry.
 func (c *rawClient) list(ctx context.Context) bool {
-	opts := metav1.ListOptions{LabelSelector: relistSelector, Limit: 2}
+	opts := c.options()
+	opts.Limit = 2
 	var items []string
 	var rv string
 	for {
@@ -342,8 +368,9 @@ func (c *rawClient) watch(ctx context.Context) bool {
 	from := c.lastRV
 	c.mu.Unlock()
 	timeout := int64(2 + c.rng.IntN(8))
-	w, err := c.c.IndexingV1alpha1().Pods(c.ns).Watch(ctx, metav1.ListOptions{LabelSelector: relistSelector,
-		ResourceVersion: strconv.FormatUint(from, 10), AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
+	opts := c.options()
+	opts.ResourceVersion, opts.AllowWatchBookmarks, opts.TimeoutSeconds = strconv.FormatUint(from, 10), true, &timeout
+	w, err := c.c.IndexingV1alpha1().Pods(c.ns).Watch(ctx, opts)
 	if err != nil {
 		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 			return false
@@ -355,6 +382,78 @@ func (c *rawClient) watch(ctx context.Context) bool {
 		return true
 	}
 	defer w.Stop()
+	return c.consume(ctx, w, from)
+}
+
+// watchListSync syncs with a WatchList: the initial ADDED events up to the
+// initial-events-end bookmark are the client's new state (an epoch at the
+// bookmark's resourceVersion), and the same stream goes on as a watch
+// (synced is called once the state is complete); false: retry.
+func (c *rawClient) watchListSync(ctx context.Context, synced func()) bool {
+	timeout := int64(5 + c.rng.IntN(10))
+	opts := c.options()
+	opts.SendInitialEvents, opts.ResourceVersionMatch = new(bool), metav1.ResourceVersionMatchNotOlderThan
+	*opts.SendInitialEvents = true
+	opts.AllowWatchBookmarks, opts.TimeoutSeconds = true, &timeout
+	w, err := c.c.IndexingV1alpha1().Pods(c.ns).Watch(ctx, opts)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.tolerated("watchlist", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		return false
+	}
+	defer w.Stop()
+	var items []string
+	for {
+		var ev watch.Event
+		var open bool
+		select {
+		case ev, open = <-w.ResultChan():
+		case <-ctx.Done():
+			return false
+		}
+		if !open {
+			return false
+		}
+		if ev.Type == watch.Error {
+			if err := apierrors.FromObject(ev.Object); !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+				c.tolerated("watchlist event", err)
+			}
+			return false
+		}
+		m, err := meta.Accessor(ev.Object)
+		if err != nil {
+			c.fail("a %s event with %T", ev.Type, ev.Object)
+			return false
+		}
+		switch {
+		case ev.Type == watch.Added:
+			items = append(items, m.GetName()+"@"+m.GetResourceVersion())
+		case ev.Type == watch.Bookmark && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true":
+			v, _ := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+			c.mu.Lock()
+			c.epochs = append(c.epochs, &epoch{listRV: v, items: items})
+			c.state = map[string]string{}
+			for _, it := range items {
+				c.state[it[:strings.LastIndexByte(it, '@')]] = it
+			}
+			c.lastRV = v
+			c.mu.Unlock()
+			synced()
+			c.consume(ctx, w, v)
+			return true
+		case ev.Type == watch.Bookmark:
+		default:
+			c.fail("watchlist: %s %s@%s before the initial-events-end bookmark", ev.Type, m.GetName(), m.GetResourceVersion())
+			return false
+		}
+	}
+}
+
+// consume applies the events of w (a watch from resourceVersion from) to
+// the client's state until it ends; false: relist.
+func (c *rawClient) consume(ctx context.Context, w watch.Interface, from uint64) bool {
 	quitAfter := -1 // now and then the client goes away on its own
 	if c.rng.IntN(3) == 0 {
 		quitAfter = c.rng.IntN(5)
