@@ -22,9 +22,12 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// The ways a workload runs. Writes of the cluster proxy ways go through the
-// prefix too (passed through to kube-apiserver as the caller), as an
-// unmodified client's would.
+// The ways a workload runs. The clients' own writes (a driver creating and
+// deleting its executors, a job manager's Lease and ConfigMap) go through
+// the cluster proxy prefix in the cluster proxy ways (passed through to
+// kube-apiserver as the caller), as an unmodified client's would. The
+// kubelet-like status updates go straight to kube-apiserver in every way:
+// kubelets do not use the prefix.
 const (
 	wayKube       = "kube"
 	wayAggregator = "aggregator"
@@ -133,10 +136,11 @@ const (
 	mergeType = "application/merge-patch+json"
 )
 
-// fleetWay is one way's clients: reads, and writes.
+// fleetWay is one way's clients: reads, the clients' own writes, and the
+// kubelets' status writes (always at kube-apiserver).
 type fleetWay struct {
-	name        string
-	read, write *restClient
+	name                string
+	read, write, status *restClient
 }
 
 func newFleetWay(s *stackInfo, name string, conns int) (*fleetWay, error) {
@@ -163,10 +167,13 @@ func newFleetWay(s *stackInfo, name string, conns int) (*fleetWay, error) {
 	if w.write, err = newRESTClient(writeCfg, writeBase, 4); err != nil {
 		return nil, err
 	}
+	if w.status, err = newRESTClient(s.kubeCfg, kubeV1, 4); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 
-func (w *fleetWay) close() { w.read.close(); w.write.close() }
+func (w *fleetWay) close() { w.read.close(); w.write.close(); w.status.close() }
 
 // statusWorkers is how many writers keep the status rate when each write
 // takes up to half a second (a loaded machine, writes through the proxy).
@@ -358,8 +365,18 @@ type FleetResult struct {
 	// reads it answered at kube-apiserver; both 0 in the kube way.
 	RevisionReads int `json:"steadyRevisionReads"`
 	UpstreamReads int `json:"steadyUpstreamReads"`
-	// FellOver says why the way was stopped (-fleet-max-rss-mib).
-	FellOver string `json:"fellOver,omitempty"`
+	// PassedThrough is the requests index-apiserver's cluster proxy passed
+	// through to kube-apiserver in the steady window (the clients' own
+	// writes: Flink's Leases and ConfigMaps; 0 for Spark, whose status
+	// updates go to kube-apiserver), WholePassedThrough in the whole way.
+	PassedThrough      int `json:"steadyPassedThrough"`
+	WholePassedThrough int `json:"passedThrough"`
+	// FellOver says why the way was stopped (-fleet-max-rss-mib, or an
+	// error the overloaded servers gave); WatchesOpen and PodsCreated, with
+	// Steady.Seconds, say how far it got.
+	FellOver    string `json:"fellOver,omitempty"`
+	WatchesOpen int    `json:"watchesOpen,omitempty"`
+	PodsCreated int    `json:"podsCreated,omitempty"`
 }
 
 func (r *FleetResult) ok() bool {
@@ -470,8 +487,8 @@ func (cw *clientWatch) tally(r *FleetResult, lat []time.Duration) []time.Duratio
 }
 
 // openWatches starts the streams (spread over the way's connections) and
-// waits until all are connected.
-func openWatches(ctx context.Context, ws []*clientWatch, rc *restClient, watchList bool, wg *sync.WaitGroup) error {
+// waits until all are connected, counting them in *opened.
+func openWatches(ctx context.Context, ws []*clientWatch, rc *restClient, watchList bool, wg *sync.WaitGroup, opened *int) error {
 	for _, cw := range ws {
 		cw.start(ctx, rc.http(), watchList, wg)
 	}
@@ -482,6 +499,7 @@ func openWatches(ctx context.Context, ws []*clientWatch, rc *restClient, watchLi
 			if err != nil {
 				return fmt.Errorf("watch %d (%s): %w", i, cw.url, err)
 			}
+			*opened = i + 1
 		case <-timeout:
 			return fmt.Errorf("watch %d of %d not connected within 2m", i, len(ws))
 		case <-ctx.Done():
@@ -570,7 +588,35 @@ const (
 // scrape (0 for one it cannot read: the bench reports them, it does not
 // depend on them).
 func podCounters(ctx context.Context, s *stackInfo, names ...string) []int {
-	out := make([]int, len(names))
+	return indexCounters(ctx, s, func(line string) int {
+		for i, name := range names {
+			if strings.HasPrefix(line, name+`{resource="pods.indexing.k8s.io"} `) {
+				return i
+			}
+		}
+		return -1
+	}, len(names))
+}
+
+// passthroughMetric counts the requests index-apiserver's cluster proxy
+// passed through to kube-apiserver (by outcome and code).
+const passthroughMetric = "index_apiserver_cluster_proxy_requests_total"
+
+// passedThrough is how many requests index-apiserver has passed through to
+// kube-apiserver so far (all codes).
+func passedThrough(ctx context.Context, s *stackInfo) int {
+	return indexCounters(ctx, s, func(line string) int {
+		if strings.HasPrefix(line, passthroughMetric+"{") && strings.Contains(line, `outcome="passthrough"`) {
+			return 0
+		}
+		return -1
+	}, 1)[0]
+}
+
+// indexCounters scrapes index-apiserver's /metrics once and sums each
+// sample line into out[which(line)] (skipped when which says -1).
+func indexCounters(ctx context.Context, s *stackInfo, which func(line string) int, n int) []int {
+	out := make([]int, n)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.indexURL+"/metrics", nil)
 	if err != nil {
 		return out
@@ -583,10 +629,11 @@ func podCounters(ctx context.Context, s *stackInfo, names ...string) []int {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		for i, name := range names {
-			if v, ok := strings.CutPrefix(sc.Text(), name+`{resource="pods.indexing.k8s.io"} `); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				out[i] = int(f)
+		line := sc.Text()
+		if i := which(line); i >= 0 {
+			if sp := strings.LastIndexByte(line, ' '); sp > 0 {
+				f, _ := strconv.ParseFloat(line[sp+1:], 64)
+				out[i] += int(f)
 			}
 		}
 	}

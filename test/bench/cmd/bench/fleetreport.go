@@ -56,7 +56,8 @@ func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 	}
 	for _, r := range res.Fleets {
 		if r.FellOver != "" {
-			fmt.Fprintf(&b, "| %s | %d × %d | %s | **fell over**: %s | | | | | | | | | |\n", r.Workload, r.Size, r.PerClient, wayTitles[r.Way], r.FellOver)
+			fmt.Fprintf(&b, "| %s | %d × %d | %s | **fell over**: %s (%d of %d watches opened, %d pods created, steady window %s) | | | | | | | | | |\n",
+				r.Workload, r.Size, r.PerClient, wayTitles[r.Way], r.FellOver, r.WatchesOpen, r.Watches, r.PodsCreated, reachedSteady(&r))
 			continue
 		}
 		size := fmt.Sprintf("%d", r.Size)
@@ -65,6 +66,9 @@ func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 			size = fmt.Sprintf("%d drivers × %d executors", r.Size, r.PerClient)
 			if r.Size == 0 {
 				size = "write floor: status updates only, no readers"
+				if r.Way == wayDirect {
+					size = "pass-through floor: the same status updates passed through, no readers"
+				}
 			}
 		case "flink":
 			size = fmt.Sprintf("%d job managers × %d task managers", r.Size, r.PerClient)
@@ -80,6 +84,7 @@ func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 			r.Steady.IndexCPUPerMin, r.Whole.IndexCPUPerMin, rate, r.Whole.IndexRSSMiB, r.P50ms, r.P99ms, r.ListP50ms, r.ListP99ms, r.Expected,
 			r.Missing, r.Duplicated, r.Unexpected, r.ViewMismatches, r.Writes)
 	}
+	whoPays(&b, res)
 	if plotPath != "" {
 		fmt.Fprintf(&b, "\n![kube-apiserver CPU-s per minute by fleet size, each way](%s)\n", plotPath)
 	}
@@ -88,6 +93,105 @@ func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 		fmt.Fprintf(&b, "\nRSS after the run: kube-apiserver %.0f MiB (%.0f at start), index-apiserver %.0f MiB (%.0f at start).\n", k.LoadedMiB, k.EmptyMiB, x.LoadedMiB, x.EmptyMiB)
 	}
 	return b.String()
+}
+
+// passThroughCost is index-apiserver's CPU-seconds per request it passes
+// through: its CPU in the pass-through floor (status updates through the
+// cluster proxy, no readers) less its CPU in the write floor (the same
+// updates straight to kube-apiserver, which it ingests all the same), per
+// request passed through. 0 when the run has not both floors.
+func passThroughCost(res *Results) float64 {
+	var kube, direct *FleetResult
+	for i := range res.Fleets {
+		if r := &res.Fleets[i]; r.Workload == "spark" && r.Size == 0 && r.FellOver == "" {
+			switch r.Way {
+			case wayKube:
+				kube = r
+			case wayDirect:
+				direct = r
+			}
+		}
+	}
+	if kube == nil || direct == nil || direct.PassedThrough == 0 {
+		return 0
+	}
+	extra := (direct.Steady.IndexCPUPerMin - kube.Steady.IndexCPUPerMin) * direct.Steady.Seconds / 60
+	return max(0, extra/float64(direct.PassedThrough))
+}
+
+// readsCPU is index-apiserver's steady CPU-s per minute less what it spent
+// passing requests through (at cost CPU-s each).
+func readsCPU(r FleetResult, cost float64) float64 {
+	if r.Steady.Seconds == 0 {
+		return 0
+	}
+	return r.Steady.IndexCPUPerMin - float64(r.PassedThrough)*cost*60/r.Steady.Seconds
+}
+
+// whoPays writes, per fleet size, what each way costs: kube-apiserver's
+// reads (its steady CPU above the write floor), index-apiserver's CPU for
+// reads apart from what it passes through, and both servers together, next
+// to all at kube-apiserver.
+func whoPays(b *strings.Builder, res *Results) {
+	cost := passThroughCost(res)
+	floor := -1.0
+	for _, r := range res.Fleets {
+		if r.Workload == "spark" && r.Size == 0 && r.Way == wayKube && r.FellOver == "" {
+			floor = r.Steady.KubeCPUPerMin
+		}
+	}
+	type key struct {
+		w    string
+		n, e int
+	}
+	kubeWay := map[key]FleetResult{}
+	for _, r := range res.Fleets {
+		if r.Way == wayKube && r.Size > 0 && r.FellOver == "" {
+			kubeWay[key{r.Workload, r.Size, r.PerClient}] = r
+		}
+	}
+	fmt.Fprintf(b, "\nWho pays (steady window, CPU-s/min). The kubelet-like status updates go to kube-apiserver in every way; only the clients' own "+
+		"writes pass through the cluster proxy. Write floor (status updates alone at kube-apiserver): %s. index-apiserver's reads: its CPU less "+
+		"what it passed through, at %.2f ms of its CPU per request passed through (the pass-through floor less the write floor, per request). "+
+		"kube-apiserver's reads: its CPU less the write floor. Both: the two servers' CPU together.\n\n", floorText(floor), cost*1000)
+	b.WriteString("| workload | size | way | kube-apiserver reads (ratio to all at kube-apiserver) | index-apiserver reads | passed through (steady) | index-apiserver reads / kube-apiserver's reads all at kube-apiserver | both servers (ratio) |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range res.Fleets {
+		if r.Size == 0 {
+			continue
+		}
+		if r.FellOver != "" {
+			fmt.Fprintf(b, "| %s | %d × %d | %s | **fell over** after %d of %d watches opened, %d pods created, steady window %s | | | | |\n",
+				r.Workload, r.Size, r.PerClient, wayTitles[r.Way], r.WatchesOpen, r.Watches, r.PodsCreated, reachedSteady(&r))
+			continue
+		}
+		k, ok := kubeWay[key{r.Workload, r.Size, r.PerClient}]
+		kubeReads, kubeAllReads := r.Steady.KubeCPUPerMin-floor, k.Steady.KubeCPUPerMin-floor
+		both, kubeBoth := r.Steady.KubeCPUPerMin+r.Steady.IndexCPUPerMin, k.Steady.KubeCPUPerMin+k.Steady.IndexCPUPerMin
+		kr, ir, vs, br := fmt.Sprintf("%.1f", kubeReads), "–", "–", fmt.Sprintf("%.1f", both)
+		if floor < 0 {
+			kr = "(no floor)"
+		} else if ok {
+			kr += " (" + ratio(kubeReads, kubeAllReads) + ")"
+		}
+		if r.Way != wayKube {
+			reads := readsCPU(r, cost)
+			ir = fmt.Sprintf("%.1f", reads)
+			if ok && floor >= 0 {
+				vs = ratio(reads, kubeAllReads)
+			}
+		}
+		if ok {
+			br += " (" + ratio(both, kubeBoth) + ")"
+		}
+		fmt.Fprintf(b, "| %s | %d × %d | %s | %s | %s | %d | %s | %s |\n", r.Workload, r.Size, r.PerClient, wayTitles[r.Way], kr, ir, r.PassedThrough, vs, br)
+	}
+}
+
+func floorText(floor float64) string {
+	if floor < 0 {
+		return "not measured in this run"
+	}
+	return fmt.Sprintf("%.1f", floor)
 }
 
 // writeFleetPlot draws, per workload, grouped bars (one per way) for each

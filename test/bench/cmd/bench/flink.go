@@ -81,7 +81,7 @@ func flinkFleet(ctx context.Context, s *stackInfo, o options, res *Results) erro
 				return err
 			},
 		}
-		if err := eachWay(o, res, f.workload, n, func(way string) (*FleetResult, error) {
+		if err := eachWay(ctx, s, o, res, f.workload, n, func(way string) (*FleetResult, error) {
 			return runLabelFleet(ctx, s, o, f, way, res.FleetBackground)
 		}); err != nil {
 			return err

@@ -51,38 +51,54 @@ type fleetPod struct {
 // every client's view against kube-apiserver, then delete the pods.
 func runLabelFleet(ctx context.Context, s *stackInfo, o options, f *labelFleet, way string, podsInCluster int) (*FleetResult, error) {
 	g := startGuard(ctx, s, o.fleetMaxRSS)
-	r, err := runLabelFleetGuarded(g.ctx, s, o, f, way, podsInCluster)
-	if reason := g.stop(); reason != "" {
-		r = &FleetResult{Workload: f.workload, Size: f.n, PerClient: f.per, Way: way, Watches: f.n, FellOver: reason}
-		// Remove what the stopped way created, so the next way starts clean.
-		for i := 0; i < o.fleetNamespaces; i++ {
-			err := s.client.CoreV1().Pods(fleetNS(i, o.fleetNamespaces)).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)},
-				metav1.ListOptions{LabelSelector: wayLabel + "=" + way})
-			if err != nil {
-				return nil, fmt.Errorf("cleaning up after %s: %w", reason, err)
-			}
-		}
-		for a := 0; a < f.n && f.sideClean != nil; a++ {
-			fw, err := newFleetWay(s, wayKube, 1)
-			if err == nil {
-				_ = f.sideClean(ctx, fw, a)
-				fw.close()
-			}
-		}
-		logf("  %s %d×%d %s: %s", f.workload, f.n, f.per, way, reason)
-		return r, nil
+	r := &FleetResult{Workload: f.workload, Size: f.n, PerClient: f.per, Way: way, Watches: f.n, Pods: podsInCluster + f.n*f.per}
+	err := runLabelFleetGuarded(g.ctx, s, o, f, way, r)
+	reason := g.stop()
+	if reason == "" && err != nil && !o.smoke && ctx.Err() == nil {
+		// The way could not go on (timeouts, errors from an overloaded
+		// server): a result at this size, not a failure of the run.
+		reason = "stopped by an error: " + err.Error()
 	}
-	return r, err
+	if reason == "" {
+		return r, err
+	}
+	r.FellOver = reason
+	// Remove what the stopped way created, so the next way starts clean.
+	for i := 0; i < o.fleetNamespaces; i++ {
+		err := s.client.CoreV1().Pods(fleetNS(i, o.fleetNamespaces)).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)},
+			metav1.ListOptions{LabelSelector: wayLabel + "=" + way})
+		if err != nil {
+			return nil, fmt.Errorf("cleaning up after %s: %w", reason, err)
+		}
+	}
+	for a := 0; a < f.n && f.sideClean != nil; a++ {
+		fw, err := newFleetWay(s, wayKube, 1)
+		if err == nil {
+			_ = f.sideClean(ctx, fw, a)
+			fw.close()
+		}
+	}
+	logf("  %s %d×%d %s: fell over (%s) after %d of %d watches opened, %d of %d pods created, steady window %s",
+		f.workload, f.n, f.per, way, reason, r.WatchesOpen, f.n, r.PodsCreated, f.n*f.per, reachedSteady(r))
+	return r, nil
+}
+
+func reachedSteady(r *FleetResult) string {
+	if r.Steady.Seconds == 0 {
+		return "not reached"
+	}
+	return fmt.Sprintf("%.0f s", r.Steady.Seconds)
 }
 
 // wayLabel marks the pods a fleet way creates.
 const wayLabel = "bench.indexing.k8s.io/way"
 
-func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *labelFleet, way string, podsInCluster int) (*FleetResult, error) {
-	r := &FleetResult{Workload: f.workload, Size: f.n, PerClient: f.per, Way: way, Watches: f.n, Pods: podsInCluster + f.n*f.per}
+// runLabelFleetGuarded fills r as it goes (how far it got, should it be
+// stopped).
+func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *labelFleet, way string, r *FleetResult) error {
 	fw, err := newFleetWay(s, way, f.n/40+2)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer fw.close()
 	logf("%s fleet %d×%d, %s: opening %d watches", f.workload, f.n, f.per, wayTitles[way], f.n)
@@ -112,18 +128,20 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 			l, err := fw.read.list(ctx, "/namespaces/"+f.ns(a)+"/pods?"+selectorQuery(f.selector(a)))
 			lists.add(time.Since(t0), err)
 			if err != nil {
-				return nil, fmt.Errorf("initial LIST: %w", err)
+				return fmt.Errorf("initial LIST: %w", err)
 			}
 			q += "&resourceVersion=" + l.Metadata.ResourceVersion
 		}
 		ws[a] = newClientWatch(fw.read.base + "/namespaces/" + f.ns(a) + "/pods?" + q)
 	}
-	if err := openWatches(wctx, ws, fw.read, false, &wg); err != nil {
-		return nil, err
+	if err := openWatches(wctx, ws, fw.read, false, &wg, &r.WatchesOpen); err != nil {
+		return err
 	}
 
 	// Create: each pod, then its status, as a kubelet would write it.
 	pods := make([]*fleetPod, f.n*f.per)
+	var created atomic.Int64
+	pass0 := passedThrough(ctx, s)
 	createWin := startMeter(s)
 	_, err = atRate(ctx, len(pods), o.fleetCreateRate, 16, func(k int) error {
 		a, i := k%f.n, k/f.n
@@ -138,13 +156,14 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 		if err != nil {
 			return err
 		}
+		created.Add(1)
 		ws[a].l.expect(eventKey{"ADDED", key, m.ResourceVersion}, t0)
 		body, err := json.Marshal(map[string]any{"status": runningStatus(p, k, 0)})
 		if err != nil {
 			return err
 		}
 		t1 := time.Now()
-		m, err = fw.write.patch(ctx, "/namespaces/"+p.Namespace+"/pods/"+p.Name+"/status", smpType, body)
+		m, err = fw.status.patch(ctx, "/namespaces/"+p.Namespace+"/pods/"+p.Name+"/status", smpType, body)
 		noteWrite(err)
 		if err != nil {
 			return err
@@ -153,8 +172,9 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 		return nil
 	})
 	createUse := createWin.stop()
+	r.PodsCreated = int(created.Load())
 	if err != nil {
-		return nil, fmt.Errorf("creating pods: %w", err)
+		return fmt.Errorf("creating pods: %w", err)
 	}
 
 	// Steady window.
@@ -162,6 +182,7 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 	steadyWin := startMeter(s)
 	profiled := profileSteady(ctx, s, o, fmt.Sprintf("%s-%d-%s", f.workload, f.n, way))
 	reads0 := podCounters(ctx, s, revisionReadsMetric, upstreamReadsMetric)
+	steadyPass0 := passedThrough(ctx, s)
 	stop := make(chan struct{})
 	var side sync.WaitGroup
 	for a := 0; a < f.n; a++ {
@@ -204,7 +225,7 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 		fp := pods[(u*7919)%len(pods)]
 		gen := fp.statusGen.Add(1)
 		t0 := time.Now()
-		m, err := fw.write.patch(ctx, "/namespaces/"+fp.ns+"/pods/"+fp.name+"/status", smpType, statusPatch(int(gen)))
+		m, err := fw.status.patch(ctx, "/namespaces/"+fp.ns+"/pods/"+fp.name+"/status", smpType, statusPatch(int(gen)))
 		noteWrite(err)
 		if err != nil {
 			return err
@@ -217,6 +238,7 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 	r.Steady = steadyWin.stop()
 	reads1 := podCounters(ctx, s, revisionReadsMetric, upstreamReadsMetric)
 	r.RevisionReads, r.UpstreamReads = reads1[0]-reads0[0], reads1[1]-reads0[1]
+	r.PassedThrough = passedThrough(ctx, s) - steadyPass0
 	if err := <-profiled; err != nil {
 		logf("  profiles: %v", err)
 	}
@@ -293,6 +315,7 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 	cancel()
 	wg.Wait()
 	r.Whole = combine(createUse, r.Steady, deleteUse)
+	r.WholePassedThrough = passedThrough(ctx, s) - pass0
 	var lat []time.Duration
 	for _, cw := range ws {
 		lat = cw.tally(r, lat)
@@ -306,7 +329,7 @@ func runLabelFleetGuarded(ctx context.Context, s *stackInfo, o options, f *label
 	}
 	r.Writes, r.WriteErrors = int(writes.Load()), int(writeErrs.Load())
 	r.log()
-	return r, nil
+	return nil
 }
 
 // combine adds windows: CPU per minute over their total time, the largest

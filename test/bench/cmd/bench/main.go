@@ -22,17 +22,26 @@
 //     an unmodified client sends them, to /api/v1 under the cluster proxy
 //     prefix (/apis/indexing.k8s.io/v1alpha1/clusters/local/proxy), through
 //     the aggregator and directly at index-apiserver, with kube-apiserver's
-//     CPU per request (LIST) and per 1k events (WATCH) in each case.
+//     CPU per request (LIST) and per 1k events (WATCH) in each case;
+//   - the full LIST (fulllist.go): all pods, no selector, rv=0 and
+//     consistent, JSON and protobuf, with and without gzip, at kube-apiserver,
+//     index-apiserver's group and the cluster proxy prefix (direct): p50/p99,
+//     CPU per LIST, bytes, and a check that answers are compressed exactly
+//     when kube-apiserver's threshold says so.
 //
 // spark, flink, sharded, fleets (all three): fleets of clients doing what
 // Spark 4 drivers, Flink job managers and sharded kube-state-metrics-like
 // controllers do, on realistic pods and nodes (pods.go), each size run each
 // way (-ways): all at kube-apiserver; reads through the aggregator (indexing
 // group); through the aggregator under the cluster proxy prefix; directly at
-// index-apiserver under the prefix. Per way: both servers' CPU-seconds per
-// minute and RSS, per-client delivery latency, LIST latency, and exact
-// accounting of every client's events plus its final view against
-// kube-apiserver's (labelfleet.go, sharded.go, ledger.go).
+// index-apiserver under the prefix. The kubelet-like status updates go to
+// kube-apiserver in every way; only the clients' own writes take the way's
+// path. Each way starts from a fresh kube-apiserver (-fresh-kube-apiserver);
+// a way that falls over (RSS cap, errors) is reported with how far it got.
+// Per way: both servers' CPU-seconds per minute and RSS, what
+// index-apiserver passed through, per-client delivery latency, LIST
+// latency, and exact accounting of every client's events plus its final
+// view against kube-apiserver's (labelfleet.go, sharded.go, ledger.go).
 //
 // saturate: realistic pods (-sat-pods), then label watchers
 // (-sat-label-watchers) and shard watchers (-sat-shard-watchers) raised on
@@ -94,24 +103,26 @@ const (
 )
 
 type options struct {
-	smoke         bool
-	namespaces    int
-	apps          int
-	podsPerApp    int
-	listRequests  int
-	listClients   int
-	watchers      []int
-	shards        []int
-	patchRate     int
-	patchDuration time.Duration
-	jsonOut       string
-	markdown      string
-	keep          bool
-	indexFlags    string
-	loadWorkers   int
-	pprofDir      string
-	repeat        int
-	clusterProxy  bool
+	smoke        bool
+	namespaces   int
+	apps         int
+	podsPerApp   int
+	listRequests int
+	listClients  int
+	// fullListRequests is the requests per full-LIST case (0: skip them).
+	fullListRequests int
+	watchers         []int
+	shards           []int
+	patchRate        int
+	patchDuration    time.Duration
+	jsonOut          string
+	markdown         string
+	keep             bool
+	indexFlags       string
+	loadWorkers      int
+	pprofDir         string
+	repeat           int
+	clusterProxy     bool
 
 	// mode picks the workload: engine (the phases above), spark, flink,
 	// sharded, fleets (all three) or saturate.
@@ -136,6 +147,8 @@ type options struct {
 	fleetCreateRate   float64
 	fleetDuration     time.Duration
 	fleetMaxRSS       float64
+	// freshKube restarts kube-apiserver before each fleet way.
+	freshKube bool
 	// fromJSON re-renders the Markdown and PNG of an earlier run's JSON
 	// (same mode and fleet flags) without starting a stack.
 	fromJSON string
@@ -158,6 +171,7 @@ func main() {
 	flag.IntVar(&o.apps, "apps", 2500, "apps (spark-app-selector=app-N)")
 	flag.IntVar(&o.podsPerApp, "pods-per-app", 20, "pods per app")
 	flag.IntVar(&o.listRequests, "list-requests", 500, "requests per LIST case (the p99 needs a few hundred)")
+	flag.IntVar(&o.fullListRequests, "full-list-requests", 10, "requests per full-LIST case (all pods, no selector; JSON and protobuf, with and without gzip, rv=0 and consistent, at each server; 0: skip)")
 	flag.IntVar(&o.listClients, "list-clients", 8, "concurrent clients of the extra namespaced consistent LIST case (1: skip it)")
 	flag.StringVar(&watchers, "watchers", "100,1000,2000", "watcher counts for the fan-out phase (each ≤ -apps)")
 	flag.StringVar(&shards, "shards", "16,64,1024", "shard watcher counts for the sharded watch phase (empty: skip)")
@@ -188,6 +202,7 @@ func main() {
 	flag.Float64Var(&o.fleetCreateRate, "fleet-create-rate", 200, "fleet modes: pods created (and later deleted) per second")
 	flag.DurationVar(&o.fleetDuration, "fleet-duration", 30*time.Second, "fleet modes: steady window per way")
 	flag.Float64Var(&o.fleetMaxRSS, "fleet-max-rss-mib", 4096, "fleet modes: stop a way when either server's RSS passes this (it has fallen over; 0: never)")
+	flag.BoolVar(&o.freshKube, "fresh-kube-apiserver", true, "fleet modes: restart kube-apiserver before each way (and write floor), so no way inherits another's heap")
 	flag.StringVar(&o.fromJSON, "from-json", "", "re-render the Markdown section and PNG of this earlier JSON result (pass the run's -mode and sizes flags too); no stack")
 	flag.StringVar(&satLabel, "sat-label-watchers", "1000,2000,5000,10000,20000", "saturate: label watcher counts (one app each)")
 	flag.StringVar(&satShards, "sat-shard-watchers", "1024,4096,16384", "saturate: shard watcher counts")
@@ -198,6 +213,9 @@ func main() {
 	flag.Parse()
 	if o.smoke {
 		o.namespaces, o.apps, o.podsPerApp, o.listRequests, o.listClients = 2, 12, 3, 10, 2
+		// Realistic pods, so that a full LIST (36 pods, ~350 KB) passes the
+		// gzip threshold.
+		o.fullListRequests, o.realistic = 2, true
 		watchers, shards = "4", "4"
 		o.repeat = 1
 		o.patchRate, o.patchDuration = 40, 2*time.Second
@@ -208,6 +226,9 @@ func main() {
 		shardedReplicas, o.shardedPods, o.fleetNodes, o.fleetNamespaces = "3", 20, 3, 2
 		o.fleetStatusRate, o.fleetCreateRate, o.fleetDuration = 20, 0, time.Second
 		ways = "kube,direct"
+		// One restart (before the fleets) instead of one per way: each
+		// takes about half a minute.
+		o.freshKube = false
 	}
 	var err error
 	for _, l := range []struct {
@@ -390,6 +411,7 @@ func phases(ctx context.Context, s *stackInfo, o options, res *Results) error {
 		res.Failures = append(res.Failures, err.Error())
 	}
 	listPhase(ctx, s, o, res)
+	fullListPhase(ctx, s, o, res)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

@@ -127,6 +127,7 @@ func markdown(res *Results, jsonPath, plotPath string) string {
 			kube.PerSecond, idx.PerSecond, agg.PerSecond)
 	}
 	proxyListTable(&b, order, func(k key) map[string]ListResult { return byKey[k] }, func(k key) (string, string, int) { return k.scope, k.rv, k.clients })
+	fullListTable(&b, res)
 	if len(res.Summary) > 0 {
 		var kb, ib []float64
 		for _, bl := range res.Baselines {

@@ -25,8 +25,11 @@ func TestMarkdownTables(t *testing.T) {
 		ws = append(ws, WatchResult{Round: 1, Kind: "label", Target: tgt, Watchers: 4, KubeCPUPer1kAbove: 0.5})
 	}
 	res.Summary = summarize(ws)
+	for _, tgt := range []string{kubeTarget, indexTarget, proxyDirectTarget} {
+		res.FullLists = append(res.FullLists, FullListResult{Target: tgt, Format: "json", RV: "0", Pods: 10, Requests: 2})
+	}
 	md := markdown(res, "x.json", "")
-	for _, want := range []string{"The same LISTs as an unmodified client sends them", "The same label watches through the cluster proxy"} {
+	for _, want := range []string{"The same LISTs as an unmodified client sends them", "The same label watches through the cluster proxy", "Full LIST of all 10 pods"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("no table %q:\n%s", want, md)
 		}
@@ -77,5 +80,39 @@ func TestFleetAndSaturationMarkdown(t *testing.T) {
 	}
 	if err := writeSaturationPlot(dir+"/s.png", res.Saturation); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestWhoPays: index-apiserver's reads are its CPU less what it passed
+// through, at the pass-through floor's cost per request above the write
+// floor; kube-apiserver's reads are its CPU above the write floor.
+func TestWhoPays(t *testing.T) {
+	res := &Results{Fleets: []FleetResult{
+		// Write floor: kube-apiserver 30, index-apiserver ingests for 3.
+		{Workload: "spark", Way: wayKube, Steady: Usage{Seconds: 60, KubeCPUPerMin: 30, IndexCPUPerMin: 3}},
+		// Pass-through floor: 6,000 requests in a minute cost it 9 more:
+		// 1.5 ms each.
+		{Workload: "spark", Way: wayDirect, PassedThrough: 6000, Steady: Usage{Seconds: 60, KubeCPUPerMin: 33, IndexCPUPerMin: 12}},
+		{Workload: "flink", Size: 10, PerClient: 2, Way: wayKube, Steady: Usage{Seconds: 30, KubeCPUPerMin: 70, IndexCPUPerMin: 3}},
+		// 2,000 requests passed through in 30 s: 3 CPU-s, 6 per minute.
+		{Workload: "flink", Size: 10, PerClient: 2, Way: wayDirect, PassedThrough: 2000, Steady: Usage{Seconds: 30, KubeCPUPerMin: 40, IndexCPUPerMin: 10}},
+		{Workload: "flink", Size: 20, PerClient: 2, Way: wayKube, FellOver: "stopped by an error: timeout", WatchesOpen: 7, PodsCreated: 3},
+	}}
+	if c := passThroughCost(res); c < 0.00149 || c > 0.00151 {
+		t.Fatalf("pass-through cost %v s, want 0.0015", c)
+	}
+	if r := readsCPU(res.Fleets[3], passThroughCost(res)); r < 3.99 || r > 4.01 {
+		t.Errorf("index-apiserver reads %v CPU-s/min, want 4 (10 less 6 passed through)", r)
+	}
+	var b strings.Builder
+	whoPays(&b, res)
+	md := b.String()
+	// kube-apiserver's reads: 40-30 = 10 against 70-30 = 40 (0.25×);
+	// index-apiserver's 4 against 40 (0.10×); both 50 against 73 (0.68×).
+	for _, want := range []string{"| flink | 10 × 2 | direct at index-apiserver (cluster proxy prefix) | 10.0 (0.25×) | 4.0 | 2000 | 0.10× | 50.0 (0.68×) |",
+		"**fell over** after 7 of 0 watches opened, 3 pods created, steady window not reached"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("no %q in:\n%s", want, md)
+		}
 	}
 }

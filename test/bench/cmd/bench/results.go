@@ -5,15 +5,17 @@ import "time"
 // The JSON results of a run (written by report.go).
 
 type Results struct {
-	Started   time.Time     `json:"started"`
-	Smoke     bool          `json:"smoke"`
-	Machine   Machine       `json:"machine"`
-	Load      Load          `json:"load"`
-	Lists     []ListResult  `json:"lists"`
-	Baselines []CPUPhase    `json:"watchBaselines,omitempty"`
-	Watches   []WatchResult `json:"watches"`
-	Summary   []WatchCase   `json:"watchSummary,omitempty"`
-	RSS       []RSSResult   `json:"rss"`
+	Started time.Time    `json:"started"`
+	Smoke   bool         `json:"smoke"`
+	Machine Machine      `json:"machine"`
+	Load    Load         `json:"load"`
+	Lists   []ListResult `json:"lists"`
+	// FullLists: every pod, no selector (fulllist.go).
+	FullLists []FullListResult `json:"fullLists,omitempty"`
+	Baselines []CPUPhase       `json:"watchBaselines,omitempty"`
+	Watches   []WatchResult    `json:"watches"`
+	Summary   []WatchCase      `json:"watchSummary,omitempty"`
+	RSS       []RSSResult      `json:"rss"`
 	// Fleet workloads (-mode spark, flink, sharded, fleets) and the
 	// realistic background pods they ran over.
 	Fleets          []FleetResult `json:"fleets,omitempty"`

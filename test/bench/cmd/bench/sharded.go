@@ -98,7 +98,7 @@ func shardedFleet(ctx context.Context, s *stackInfo, o options, res *Results) er
 		return err
 	}
 	for _, n := range o.shardedReplicas {
-		if err := eachWay(o, res, "sharded", n, func(way string) (*FleetResult, error) {
+		if err := eachWay(ctx, s, o, res, "sharded", n, func(way string) (*FleetResult, error) {
 			return runSharded(ctx, s, o, n, way, pods, nodes, res.FleetBackground)
 		}); err != nil {
 			return err
@@ -132,7 +132,7 @@ func runSharded(ctx context.Context, s *stackInfo, o options, n int, way string,
 	}
 	whole := startMeter(s)
 	t0 := time.Now()
-	if err := openWatches(wctx, ws, fw.read, true, &wg); err != nil {
+	if err := openWatches(wctx, ws, fw.read, true, &wg, &r.WatchesOpen); err != nil {
 		return nil, err
 	}
 	// Initial sync: every stream's initial-events-end bookmark.
@@ -172,7 +172,7 @@ func runSharded(ctx context.Context, s *stackInfo, o options, n int, way string,
 			nd := nodes[u%len(nodes)]
 			g := nd.gen.Add(1)
 			t := time.Now()
-			m, err := fw.write.patch(ctx, "/nodes/"+nd.name+"/status", smpType, nodeStatusPatch(int(g)))
+			m, err := fw.status.patch(ctx, "/nodes/"+nd.name+"/status", smpType, nodeStatusPatch(int(g)))
 			note(err)
 			if err == nil {
 				ws[2*shardOf(nd.uid, n)+1].l.expect(eventKey{"MODIFIED", "/" + nd.name, m.ResourceVersion}, t)
@@ -184,7 +184,7 @@ func runSharded(ctx context.Context, s *stackInfo, o options, n int, way string,
 		p := pods[(u*7919)%len(pods)]
 		g := p.gen.Add(1)
 		t := time.Now()
-		m, err := fw.write.patch(ctx, "/namespaces/"+p.ns+"/pods/"+p.name+"/status", smpType, statusPatch(int(g)))
+		m, err := fw.status.patch(ctx, "/namespaces/"+p.ns+"/pods/"+p.name+"/status", smpType, statusPatch(int(g)))
 		note(err)
 		if err == nil {
 			ws[2*shardOf(p.uid, n)].l.expect(eventKey{"MODIFIED", p.ns + "/" + p.name, m.ResourceVersion}, t)

@@ -67,12 +67,17 @@ func sparkFleet(ctx context.Context, s *stackInfo, o options, res *Results) erro
 		if way != wayKube && way != wayDirect || o.smoke {
 			continue
 		}
+		if o.freshKube {
+			if err := s.freshKubeAPIServer(ctx); err != nil {
+				return fmt.Errorf("write floor %s: restarting kube-apiserver: %w", way, err)
+			}
+		}
 		r, err := writeFloor(ctx, s, o, way, drivers)
 		if err != nil {
 			return fmt.Errorf("write floor %s: %w", way, err)
 		}
 		res.Fleets = append(res.Fleets, *r)
-		checkFleet(r, res)
+		checkFleet(o, r, res)
 	}
 	for _, n := range o.sparkDrivers {
 		f := &labelFleet{
@@ -86,7 +91,7 @@ func sparkFleet(ctx context.Context, s *stackInfo, o options, res *Results) erro
 			listPeriod:   o.sparkListPeriod,
 			markInactive: func(i int) bool { return i%2 == 1 },
 		}
-		if err := eachWay(o, res, f.workload, n, func(way string) (*FleetResult, error) {
+		if err := eachWay(ctx, s, o, res, f.workload, n, func(way string) (*FleetResult, error) {
 			return runLabelFleet(ctx, s, o, f, way, res.FleetBackground)
 		}); err != nil {
 			return err
@@ -95,31 +100,54 @@ func sparkFleet(ctx context.Context, s *stackInfo, o options, res *Results) erro
 	return nil
 }
 
-// eachWay runs one fleet size each way in -ways, keeping each result and
-// noting a failed check.
-func eachWay(o options, res *Results, workload string, size int, run func(way string) (*FleetResult, error)) error {
+// eachWay runs one fleet size each way in -ways, each from a fresh
+// kube-apiserver (-fresh-kube-apiserver), keeping each result and noting a
+// failed check. A way stopped by an error is a result (it fell over at this
+// size), except in -smoke, where nothing should.
+func eachWay(ctx context.Context, s *stackInfo, o options, res *Results, workload string, size int, run func(way string) (*FleetResult, error)) error {
 	for _, way := range o.ways {
+		if o.freshKube {
+			if err := s.freshKubeAPIServer(ctx); err != nil {
+				return fmt.Errorf("%s %d %s: restarting kube-apiserver: %w", workload, size, way, err)
+			}
+		}
 		r, err := run(way)
+		if err != nil && !o.smoke && ctx.Err() == nil {
+			logf("  %s %d %s: fell over: %v", workload, size, way, err)
+			r, err = &FleetResult{Workload: workload, Size: size, Way: way, FellOver: "stopped by an error: " + err.Error()}, nil
+		}
 		if err != nil {
 			return fmt.Errorf("%s %d %s: %w", workload, size, way, err)
 		}
 		res.Fleets = append(res.Fleets, *r)
-		checkFleet(r, res)
+		checkFleet(o, r, res)
 	}
 	return nil
 }
 
-func checkFleet(r *FleetResult, res *Results) {
+// checkFleet notes a failure: lost, duplicated or unexpected events, views
+// that differ, or errors; a way that fell over is a result unless -smoke.
+func checkFleet(o options, r *FleetResult, res *Results) {
+	if r.FellOver != "" && !o.smoke {
+		return
+	}
+	if r.FellOver != "" {
+		res.Failures = append(res.Failures, fmt.Sprintf("%s fleet %d×%d %s fell over: %s", r.Workload, r.Size, r.PerClient, r.Way, r.FellOver))
+		return
+	}
 	if !r.ok() {
 		res.Failures = append(res.Failures, strings.TrimSpace(fmt.Sprintf("%s fleet %d×%d %s: missing %d, duplicated %d, unexpected %d, watch errors %d, views differing %d, write errors %d, LIST errors %d %s",
 			r.Workload, r.Size, r.PerClient, r.Way, r.Missing, r.Duplicated, r.Unexpected, r.WatchErrors, r.ViewMismatches, r.WriteErrors, r.ListErrors, r.FirstError)))
 	}
 }
 
-// writeFloor measures the steady window's writes alone: pod status updates at
-// -fleet-status-rate for -fleet-duration, sent the way's way (directly, or
-// passed through index-apiserver's cluster proxy), with no watchers or
-// LISTs. What a fleet costs kube-apiserver above this is its reads.
+// writeFloor measures pod status updates at -fleet-status-rate for
+// -fleet-duration with no watchers or LISTs: in the kube way sent to
+// kube-apiserver (the write floor: what a fleet costs kube-apiserver above
+// it is its reads; the fleets send their kubelet-like status updates this
+// way in every way), in the direct way passed through index-apiserver's
+// cluster proxy (the pass-through floor: what passing one write through
+// costs index-apiserver, to set apart from its reads).
 func writeFloor(ctx context.Context, s *stackInfo, o options, way string, drivers []driverRef) (*FleetResult, error) {
 	r := &FleetResult{Workload: "spark", Size: 0, Way: way, Pods: len(drivers)}
 	fw, err := newFleetWay(s, way, 1)
@@ -128,6 +156,7 @@ func writeFloor(ctx context.Context, s *stackInfo, o options, way string, driver
 	}
 	defer fw.close()
 	logf("write floor, %s: %.0f status updates/s for %v, no readers", wayTitles[way], o.fleetStatusRate, o.fleetDuration)
+	pass0 := passedThrough(ctx, s)
 	m := startMeter(s)
 	n := int(o.fleetStatusRate * o.fleetDuration.Seconds())
 	errs, err := atRate(ctx, n, o.fleetStatusRate, statusWorkers(o), func(u int) error {
@@ -139,6 +168,8 @@ func writeFloor(ctx context.Context, s *stackInfo, o options, way string, driver
 	r.StatusRate = float64(n) / r.Steady.Seconds
 	r.Whole = r.Steady
 	r.Writes, r.WriteErrors = n, errs
+	r.PassedThrough = passedThrough(ctx, s) - pass0
+	r.WholePassedThrough = r.PassedThrough
 	r.noteErr(err)
 	r.log()
 	return r, nil

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/index-apiserver/index-apiserver/test/localstack"
 )
 
 // ---- stack ----
@@ -30,6 +32,43 @@ type stackInfo struct {
 	kubeHTTP, indexHTTP *http.Client
 	kubePID, indexPID   int
 	kubeURL, indexURL   string
+	// local restarts kube-apiserver (freshKubeAPIServer).
+	local *localstack.Stack
+}
+
+// freshKubeAPIServer restarts kube-apiserver (same flags, same etcd) so that
+// what the next measurement sees owes nothing to the last one's heap, and
+// waits until index-apiserver has caught up with the new one and the
+// aggregator serves its group again.
+func (s *stackInfo) freshKubeAPIServer(ctx context.Context) error {
+	t0 := time.Now()
+	if err := s.local.RestartKubeAPIServer(ctx, 0); err != nil {
+		return err
+	}
+	pid, err := readPID(s.dir, kubeTarget)
+	if err != nil {
+		return err
+	}
+	s.kubePID = pid
+	if err := s.local.WaitAPIServiceAvailable(ctx); err != nil {
+		return err
+	}
+	// index-apiserver has caught up with the new kube-apiserver when its
+	// feeds are connected (each relisted or resumed its watch) and it
+	// answers a consistent read from its cache, not from kube-apiserver.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := indexCaughtUp(ctx, s)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("index-apiserver after kube-apiserver's restart: %w", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	logf("fresh kube-apiserver (pid %d, RSS %.0f MiB) in %v", s.kubePID, rssMiB(s.kubePID), time.Since(t0).Round(100*time.Millisecond))
+	return nil
 }
 
 func freePort() (int, error) {
@@ -105,14 +144,17 @@ func startStack(ctx context.Context, root string, o options) (*stackInfo, func()
 		}
 		_ = os.RemoveAll(dir)
 	}
-	logf("starting the stack in %s (hack/local-up.sh)", dir)
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "local-up.sh"), "-quiet", "-no-demo")
-	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = env, root, os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
+	logf("starting the stack in %s (localstack, as hack/local-up.sh)", dir)
+	ls, err := localstack.Up(ctx, localstack.Config{
+		RepoRoot: root, Dir: dir, ClusterProxy: o.clusterProxy,
+		EtcdPort: ports[0], EtcdPeerPort: ports[1], KubeAPIServerPort: ports[2], IndexAPIServerPort: ports[3],
+		IndexAPIServerArgs: strings.Fields(o.indexFlags),
+	})
+	if err != nil {
 		stop()
-		return nil, nil, fmt.Errorf("hack/local-up.sh: %w (logs in %s/logs)", err, dir)
+		return nil, nil, fmt.Errorf("starting the stack: %w (logs in %s/logs)", err, dir)
 	}
-	s := &stackInfo{dir: dir, kubePort: ports[2], indexPort: ports[3]}
+	s := &stackInfo{dir: dir, kubePort: ports[2], indexPort: ports[3], local: ls}
 	s.kubeCfg, err = clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
 		stop()
@@ -148,6 +190,29 @@ func startStack(ctx context.Context, root string, o options) (*stackInfo, func()
 		pids = append(pids, p)
 	}
 	return s, stop, nil
+}
+
+func indexCaughtUp(ctx context.Context, s *stackInfo) error {
+	connected := indexCounters(ctx, s, func(line string) int {
+		if !strings.HasPrefix(line, "index_apiserver_upstream_connected{") {
+			return -1
+		}
+		if strings.HasSuffix(line, " 1") {
+			return 0
+		}
+		return 1
+	}, 2)
+	if connected[0] == 0 || connected[1] != 0 {
+		return fmt.Errorf("feeds connected: %d, not connected: %d", connected[0], connected[1])
+	}
+	before := podCounters(ctx, s, upstreamReadsMetric)[0]
+	if _, err := doList(ctx, s.indexHTTP, s.indexURL+indexGroup+"/pods?limit=1"); err != nil {
+		return err
+	}
+	if podCounters(ctx, s, upstreamReadsMetric)[0] != before {
+		return errors.New("a consistent read was answered at kube-apiserver")
+	}
+	return nil
 }
 
 // httpClient makes a client with its own HTTP/2 transport (watch phases make

@@ -1,0 +1,269 @@
+package main
+
+// The full LIST: every pod, no selector, as an informer's first LIST,
+// kube-state-metrics or `kubectl get pods -A` sends it, at each server in
+// JSON and protobuf, with and without gzip, at resourceVersion=0 and
+// consistent. The index finds nothing here: what it costs is encoding (and
+// compressing) every pod.
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+const (
+	protobufType = "application/vnd.kubernetes.protobuf"
+	// gzipThreshold is k8s.io/apiserver's: answers above it are compressed
+	// for clients that accept gzip (APIResponseCompression).
+	gzipThreshold = 128 * 1024
+)
+
+// FullListResult is one full-LIST case at one server.
+type FullListResult struct {
+	Target   string `json:"target"`
+	Format   string `json:"format"` // json | protobuf
+	Gzip     bool   `json:"gzip"`
+	RV       string `json:"resourceVersion"` // 0 | consistent
+	Pods     int    `json:"pods"`
+	Requests int    `json:"requests"`
+	// Bytes on the wire of one answer, and whether it came compressed.
+	WireBytes  int64   `json:"wireBytes"`
+	Compressed bool    `json:"compressed"`
+	P50ms      float64 `json:"p50ms"`
+	P99ms      float64 `json:"p99ms"`
+	// CPU of each server per LIST (the direct targets: the other server
+	// is idle but for its own background work).
+	KubeCPUms  float64 `json:"kubeAPIServerCPUmsPerList"`
+	IndexCPUms float64 `json:"indexAPIServerCPUmsPerList"`
+	Errors     int     `json:"errors"`
+	FirstError string  `json:"firstError,omitempty"`
+}
+
+// fullListTargets: kube-apiserver, index-apiserver's group directly, and
+// the core view under the cluster proxy prefix directly.
+func fullListTargets(s *stackInfo, o options) []target {
+	ts := []target{
+		{kubeTarget, s.kubeHTTP, s.kubeURL + "/api/v1"},
+		{indexTarget, s.indexHTTP, s.indexURL + indexGroup},
+	}
+	if o.clusterProxy {
+		ts = append(ts, target{proxyDirectTarget, s.indexHTTP, s.indexURL + clusterProxyPrefix + "/api/v1"})
+	}
+	return ts
+}
+
+func fullListPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
+	if o.fullListRequests <= 0 {
+		return
+	}
+	want := res.Load.Pods
+	// Uncompressed sizes by target, format and rv: an answer asked for with
+	// gzip must come compressed exactly when it is larger than
+	// kube-apiserver's threshold (k8s.io/apiserver's 128 KiB), as
+	// kube-apiserver's own do.
+	type sizeKey struct{ target, format, rv string }
+	plain := map[sizeKey]int64{}
+	for _, rv := range []string{"0", "consistent"} {
+		for _, format := range []string{"json", "protobuf"} {
+			for _, gz := range []bool{false, true} {
+				for _, t := range fullListTargets(s, o) {
+					if ctx.Err() != nil {
+						return
+					}
+					r := runFullList(ctx, s, o, t, format, gz, rv, want)
+					k := sizeKey{t.name, format, rv}
+					if !gz {
+						plain[k] = r.WireBytes
+					} else if n, ok := plain[k]; ok && r.Errors == 0 && r.Compressed != (n > gzipThreshold) {
+						r.Errors++
+						r.FirstError = fmt.Sprintf("a %d-byte answer came compressed=%v (kube-apiserver compresses above %d bytes)", n, r.Compressed, gzipThreshold)
+					}
+					res.FullLists = append(res.FullLists, r)
+					logf("full LIST rv=%-10s %-8s gzip=%-5v %-24s p50 %8.1f ms  p99 %8.1f ms  CPU/LIST kube %7.1f ms index %7.1f ms  %d bytes (compressed %v)  errors %d",
+						rv, format, gz, t.name, r.P50ms, r.P99ms, r.KubeCPUms, r.IndexCPUms, r.WireBytes, r.Compressed, r.Errors)
+					if r.Errors > 0 {
+						res.Failures = append(res.Failures, fmt.Sprintf("full LIST rv=%s %s gzip=%v on %s: %d errors (first: %s)", rv, format, gz, t.name, r.Errors, r.FirstError))
+					}
+				}
+			}
+		}
+	}
+}
+
+// runFullList sends o.fullListRequests full LISTs back to back. The first
+// answer is decoded and its pods counted; the others are read and dropped,
+// so the client's decoding does not take the servers' CPU on a shared
+// machine.
+func runFullList(ctx context.Context, s *stackInfo, o options, t target, format string, gz bool, rv string, want int) FullListResult {
+	r := FullListResult{Target: t.name, Format: format, Gzip: gz, RV: rv, Pods: want, Requests: o.fullListRequests}
+	url := t.prefix + "/pods"
+	if rv == "0" {
+		url += "?resourceVersion=0"
+	}
+	var lat []time.Duration
+	k0, i0 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID)
+	for i := 0; i < o.fullListRequests && ctx.Err() == nil; i++ {
+		t0 := time.Now()
+		n, wire, compressed, err := fullList(ctx, t.client, url, format, gz, i == 0)
+		d := time.Since(t0)
+		if err == nil && i == 0 && n != want {
+			err = fmt.Errorf("%d pods, want %d", n, want)
+		}
+		if err == nil && !gz && compressed {
+			err = fmt.Errorf("compressed answer to a client that did not accept gzip")
+		}
+		if err != nil {
+			if r.Errors == 0 {
+				r.FirstError = err.Error()
+			}
+			r.Errors++
+			continue
+		}
+		r.WireBytes, r.Compressed = wire, compressed
+		lat = append(lat, d)
+	}
+	k1, i1 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID)
+	r.P50ms, r.P99ms = pct(lat, 50), pct(lat, 99)
+	r.KubeCPUms = (k1 - k0) * 1000 / float64(o.fullListRequests)
+	r.IndexCPUms = (i1 - i0) * 1000 / float64(o.fullListRequests)
+	return r
+}
+
+// fullList sends one LIST and returns the pods in it (when count), the
+// bytes on the wire and whether they were gzip-compressed. Setting
+// Accept-Encoding turns off the transport's own decompression, so what is
+// read is what was sent.
+func fullList(ctx context.Context, c *http.Client, url, format string, gz, count bool) (int, int64, bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if format == "protobuf" {
+		req.Header.Set("Accept", protobufType)
+	} else {
+		req.Header.Set("Accept", "application/json")
+	}
+	if gz {
+		req.Header.Set("Accept-Encoding", "gzip")
+	} else {
+		req.Header.Set("Accept-Encoding", "identity")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return 0, 0, false, fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	compressed := resp.Header.Get("Content-Encoding") == "gzip"
+	if got := resp.Header.Get("Content-Type"); format == "protobuf" && got != protobufType {
+		return 0, 0, compressed, fmt.Errorf("asked for protobuf, got %q", got)
+	}
+	cr := &countingReader{r: resp.Body}
+	if !count {
+		_, err := io.Copy(io.Discard, cr)
+		return 0, cr.n, compressed, err
+	}
+	body := io.Reader(cr)
+	if compressed {
+		zr, err := newGzipReader(cr)
+		if err != nil {
+			return 0, cr.n, compressed, err
+		}
+		body = zr
+	}
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return 0, cr.n, compressed, err
+	}
+	n, err := countItems(format, b)
+	return n, cr.n, compressed, err
+}
+
+// countItems decodes a list answer just enough to count its items.
+func countItems(format string, b []byte) (int, error) {
+	if format == "json" {
+		var l struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		err := json.Unmarshal(b, &l)
+		return len(l.Items), err
+	}
+	// The protobuf envelope: a magic prefix, then a runtime.Unknown around
+	// the PodList.
+	raw, ok := bytes.CutPrefix(b, []byte("k8s\x00"))
+	if !ok {
+		return 0, fmt.Errorf("no protobuf envelope")
+	}
+	u := &runtime.Unknown{}
+	if err := u.Unmarshal(raw); err != nil {
+		return 0, err
+	}
+	l := &corev1.PodList{}
+	if err := l.Unmarshal(u.Raw); err != nil {
+		return 0, err
+	}
+	return len(l.Items), nil
+}
+
+func newGzipReader(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// fullListTable writes the full-LIST cases: each server's p50 / p99 and CPU
+// per LIST, with the ratios of index-apiserver's (direct, and its core view
+// under the cluster proxy prefix) to kube-apiserver's.
+func fullListTable(b *strings.Builder, res *Results) {
+	if len(res.FullLists) == 0 {
+		return
+	}
+	type key struct {
+		rv, format string
+		gz         bool
+	}
+	by := map[key]map[string]FullListResult{}
+	var order []key
+	for _, r := range res.FullLists {
+		k := key{r.RV, r.Format, r.Gzip}
+		if by[k] == nil {
+			by[k] = map[string]FullListResult{}
+			order = append(order, k)
+		}
+		by[k][r.Target] = r
+	}
+	fmt.Fprintf(b, "\nFull LIST of all %d pods, no selector, %d requests per case back to back (ms; CPU is the serving process's "+
+		"CPU per LIST; bytes on the wire; ratio = index-apiserver / kube-apiserver):\n\n", res.FullLists[0].Pods, res.FullLists[0].Requests)
+	b.WriteString("| resourceVersion | format | gzip | kube-apiserver p50 / p99, CPU ms | index-apiserver p50 / p99, CPU ms | ratio p50, CPU | cluster proxy (direct) p50 / p99, CPU ms | ratio p50, CPU | bytes kube / index |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, k := range order {
+		kube, idx, px := by[k][kubeTarget], by[k][indexTarget], by[k][proxyDirectTarget]
+		gz := "no"
+		if k.gz {
+			gz = "accepted"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %.0f / %.0f, %.0f | %.0f / %.0f, %.0f | %s, %s | %.0f / %.0f, %.0f | %s, %s | %d / %d |\n",
+			k.rv, k.format, gz, kube.P50ms, kube.P99ms, kube.KubeCPUms, idx.P50ms, idx.P99ms, idx.IndexCPUms,
+			ratio(idx.P50ms, kube.P50ms), ratio(idx.IndexCPUms, kube.KubeCPUms),
+			px.P50ms, px.P99ms, px.IndexCPUms, ratio(px.P50ms, kube.P50ms), ratio(px.IndexCPUms, kube.KubeCPUms), kube.WireBytes, idx.WireBytes)
+	}
+}
