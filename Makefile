@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 BIN := _output/bin
 GO_TEST_FLAGS ?=
 
-.PHONY: all build localstack binaries promtool up down test test-unit test-monitoring test-fuzz test-e2e soak bench verify codegen clean
+.PHONY: all build localstack binaries promtool clients up down test test-unit test-monitoring test-fuzz test-e2e soak bench verify codegen clean
 
 all: build
 
@@ -23,6 +23,13 @@ binaries:
 promtool:
 	hack/lib/promtool.sh
 
+## clients: build the unmodified clients the e2e tests run against the cluster proxy (once, cached
+##          under _output/; hack/lib/clients.sh): test/clients/fabric8 with fabric8 7.4.0 (Spark 4.1.1's)
+##          and 8.0.0, from Maven Central into the local repository _output/m2
+FABRIC8_VERSIONS = 7.4.0 8.0.0
+clients:
+	@set -e; for v in $(FABRIC8_VERSIONS); do hack/lib/clients.sh fabric8 $$v >/dev/null; done
+
 ## up: run the product locally (etcd + kube-apiserver + index-apiserver, example policies, demo data)
 ##     env: LOCAL_DIR ETCD_PORT KUBE_APISERVER_PORT INDEX_APISERVER_PORT INDEX_APISERVER_FLAGS DEMO=0
 up: binaries build localstack
@@ -33,7 +40,7 @@ down: localstack
 	$(BIN)/localstack down
 
 ## test: unit tests, then e2e tests against a real local control plane
-test: binaries build
+test: binaries build clients
 	$(MAKE) test-unit
 	$(MAKE) test-monitoring
 	$(MAKE) test-fuzz
