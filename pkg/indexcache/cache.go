@@ -73,10 +73,13 @@ type Cache struct {
 	advice     *adviceTracker // advice.go
 
 	ingestMu sync.Mutex
-	setMu    sync.Mutex        // one index change at a time
-	queue    chan dispatchItem // written under ingestMu, read by dispatch
-	sendMu   sync.Mutex
-	dispatch dispatcher // owned by the dispatch goroutine
+	// tombstones are deletions waiting for a resourceVersion of their own
+	// (addTombstone), oldest first; guarded by ingestMu.
+	tombstones []string
+	setMu      sync.Mutex        // one index change at a time
+	queue      chan dispatchItem // written under ingestMu, read by dispatch
+	sendMu     sync.Mutex
+	dispatch   dispatcher // owned by the dispatch goroutine
 	// bookmarkSlices: see maxBookmarkSlices; watchers take slots in turn.
 	bookmarkSlices uint64
 	watcherSlots   atomic.Uint64

@@ -19,8 +19,8 @@ type storeEvent struct {
 	prev *entry
 	cur  *entry
 	rv   uint64
-	// seq numbers events in commit order. resourceVersions do not: a
-	// tombstone's deletion takes the cache's current one.
+	// seq numbers events in commit order (resourceVersions strictly
+	// increase too, even for a tombstone's deletion: see addTombstone).
 	seq uint64
 	at  time.Time // when it was ingested, for the window's retention
 

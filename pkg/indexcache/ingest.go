@@ -5,7 +5,6 @@ import (
 	"strconv"
 
 	"github.com/google/btree"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -48,6 +47,7 @@ func (i *ingest) UpdateResourceVersion(rv string) {
 	c := i.c
 	c.ingestMu.Lock()
 	defer c.ingestMu.Unlock()
+	c.settleTombstones(v)
 	c.mu.Lock()
 	advanced := c.setRVLocked(v)
 	c.mu.Unlock()
@@ -104,57 +104,36 @@ func (c *Cache) toEntry(obj interface{}) (*entry, error) {
 // apply stores one watch event from upstream and delivers it to the
 // watchers it concerns.
 func (c *Cache) apply(obj interface{}, deleted bool) error {
-	var e *entry
-	tombKey := ""
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		// The final state is unknown: delete by key, whatever object (if
-		// any) the tombstone carries.
-		tombKey = tomb.Key
-		if o, ok := tomb.Obj.(runtime.Object); ok {
-			if te, err := c.toEntry(o); err == nil {
-				e = te
-			}
-		}
-	} else {
-		var err error
-		if e, err = c.toEntry(obj); err != nil {
-			return err
-		}
+		c.ingestMu.Lock()
+		defer c.ingestMu.Unlock()
+		c.addTombstone(tomb.Key)
+		return nil
+	}
+	e, err := c.toEntry(obj)
+	if err != nil {
+		return err
 	}
 
 	c.ingestMu.Lock()
 	defer c.ingestMu.Unlock()
+	// This event is newer news of its key than a tombstone waiting for it;
+	// the resourceVersions before its own are free for the others.
+	c.dropTombstone(e.key)
+	c.settleTombstones(e.rv - 1)
 	c.mu.Lock()
-	key := tombKey
-	if e != nil {
-		key = e.key
-	}
-	prev, existed := c.tree.Get(&entry{key: key})
+	prev, existed := c.tree.Get(&entry{key: e.key})
 	var ev *storeEvent
 	switch {
 	case deleted && !existed:
-		advanced := false
-		if e != nil {
-			advanced = c.setRVLocked(e.rv)
-		}
+		advanced := c.setRVLocked(e.rv)
 		c.mu.Unlock()
 		if advanced {
 			c.enqueue(dispatchItem{progress: e.rv})
 		}
 		return nil
-	case deleted && tombKey != "":
-		// A tombstone's object is stale and its deletion has no
-		// resourceVersion of its own: delete the cached state at the cache's
-		// resourceVersion, so RVs never go back. The state at that RV changes,
-		// so snapshots taken at it are dropped. (A Reflector never hands a
-		// store tombstones; informers' DeltaFIFO does.)
-		ev = &storeEvent{typ: watch.Deleted, prev: prev, cur: withRV(prev, max(c.rv, prev.rv)), rv: max(c.rv, prev.rv)}
-		c.dropSnapshot(ev.rv)
 	case deleted:
 		ev = &storeEvent{typ: watch.Deleted, prev: prev, cur: e, rv: e.rv}
-	case e == nil:
-		c.mu.Unlock()
-		return fmt.Errorf("tombstone %q without an object cannot be added", tombKey)
 	case existed && e.rv <= prev.rv:
 		// A duplicate or stale update (e.g. re-delivered after a relist).
 		c.mu.Unlock()
@@ -171,6 +150,64 @@ func (c *Cache) apply(obj interface{}, deleted bool) error {
 	c.m.objects.Set(float64(objects))
 	c.enqueue(dispatchItem{ev: ev})
 	return nil
+}
+
+// addTombstone takes a deletion whose final state and resourceVersion are
+// unknown (a DeletedFinalStateUnknown; a Reflector never hands a store
+// one, informers' DeltaFIFO does). Stamped with the cache's resourceVersion
+// it would share that resume point with the event before it: a client that
+// saw that event and resumed from it would never see the deletion (and a
+// bookmark there would have promised it had everything). So it waits for
+// the first resourceVersion upstream shows to be free of this resource's
+// events (settleTombstones); until then the object stays, as it was before
+// the tombstone came. The caller holds ingestMu.
+func (c *Cache) addTombstone(key string) {
+	for _, k := range c.tombstones {
+		if k == key {
+			return
+		}
+	}
+	c.tombstones = append(c.tombstones, key)
+}
+
+// dropTombstone forgets a waiting tombstone of key. The caller holds
+// ingestMu.
+func (c *Cache) dropTombstone(key string) {
+	for i, k := range c.tombstones {
+		if k == key {
+			c.tombstones = append(c.tombstones[:i], c.tombstones[i+1:]...)
+			return
+		}
+	}
+}
+
+// settleTombstones commits the waiting tombstones' deletions, oldest first,
+// each at a resourceVersion of its own after the cache's, up to upTo: a
+// progress notification at N proves none of this resource's events falls
+// in (rv, N], an event at N none in (rv, N). The caller holds ingestMu and
+// not mu.
+func (c *Cache) settleTombstones(upTo uint64) {
+	for len(c.tombstones) > 0 {
+		c.mu.Lock()
+		rv := c.rv + 1
+		if rv > upTo {
+			c.mu.Unlock()
+			return
+		}
+		key := c.tombstones[0]
+		c.tombstones = c.tombstones[1:]
+		prev, ok := c.tree.Get(&entry{key: key})
+		if !ok {
+			c.mu.Unlock()
+			continue
+		}
+		ev := &storeEvent{typ: watch.Deleted, prev: prev, cur: withRV(prev, rv), rv: rv}
+		c.commitLocked(ev)
+		objects := c.tree.Len()
+		c.mu.Unlock()
+		c.m.objects.Set(float64(objects))
+		c.enqueue(dispatchItem{ev: ev})
+	}
 }
 
 // commitLocked applies ev to the store, the indexes and the event window.
@@ -230,6 +267,7 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 
 	c.ingestMu.Lock()
 	defer c.ingestMu.Unlock()
+	c.tombstones = nil // the list says what exists
 	c.mu.RLock()
 	synced, cur, defs := c.synced, c.rv, c.indexes
 	old := c.cloneTree()

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 )
@@ -221,5 +223,43 @@ func TestSnapshotsHoldNothingPerSelector(t *testing.T) {
 		if len(got) != pods-1 || got[0] != "ns/p001@5" || got[len(got)-1] != "ns/p499@5" {
 			t.Fatalf("selector %d: the rest of the state at 10 is %d items %v ... %v, want p001..p499 at 5", i, len(got), got[:2], got[len(got)-1])
 		}
+	}
+}
+
+// TestTombstoneHasAResumePointOfItsOwn (issue 24, 5): a deletion whose
+// final state is unknown (a DeletedFinalStateUnknown, as informers'
+// DeltaFIFO hands out) ingested right after an update at 12 must not be
+// stamped 12 too: a client that saw the update and resumes from 12 must
+// still get the deletion. It takes the first resourceVersion no event of the
+// resource has (here the bookmark's 13); every stream's resourceVersions
+// strictly increase.
+func TestTombstoneHasAResumePointOfItsOwn(t *testing.T) {
+	c := newTestCache(t)
+	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""), mkPod("ns", "b", "ub", 6, nil, "", ""))
+	w := mustWatch(t, c, WatchOptions{ResourceVersion: "10"})
+	in := c.Ingest()
+	if err := in.Update(mkPod("ns", "a", "ua", 12, nil, "n1", "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Delete(cache.DeletedFinalStateUnknown{Key: "ns/b", Obj: mkPod("ns", "b", "ub", 6, nil, "", "")}); err != nil {
+		t.Fatal(err)
+	}
+	in.UpdateResourceVersion("13") // upstream: nothing else happened up to 13
+	if err := in.Add(mkPod("ns", "c", "uc", 14, nil, "", "")); err != nil {
+		t.Fatal(err)
+	}
+	all := readUntil(t, w, "ADDED ns/c@14")
+	last := uint64(0)
+	for _, s := range all {
+		if rv := describedRV(s); rv <= last {
+			t.Fatalf("the watch from 10 got %v: %s does not come after %d", all, s, last)
+		} else {
+			last = rv
+		}
+	}
+	// The client saw the update at 12 and nothing after; it resumes there.
+	resumed := readUntil(t, mustWatch(t, c, WatchOptions{ResourceVersion: "12"}), "ADDED ns/c@14")
+	if len(resumed) != 2 || !strings.HasPrefix(resumed[0], "DELETED ns/b@") {
+		t.Fatalf("a watch resumed from 12 got %v, want the deletion of ns/b, then ADDED ns/c@14", resumed)
 	}
 }

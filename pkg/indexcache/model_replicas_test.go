@@ -187,7 +187,7 @@ func (rm *replicaModel) fatalf(cl *modelClient, format string, args ...any) {
 }
 
 func runReplicaModel(t *testing.T, seed int64, ops int) {
-	m := &model{rng: rand.New(rand.NewSource(seed)), rv: 100, state: map[string]*indexing.Pod{}, states: map[uint64]map[string]*indexing.Pod{}, tombs: map[string]bool{}}
+	m := &model{rng: rand.New(rand.NewSource(seed)), rv: 100, state: map[string]*indexing.Pod{}, states: map[uint64]map[string]*indexing.Pod{}}
 	rm := &replicaModel{t: t, ctx: context.Background(), m: m}
 	for i := 0; i < 10; i++ {
 		m.mutate()

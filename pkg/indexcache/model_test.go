@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -108,9 +109,9 @@ type model struct {
 	states  map[uint64]map[string]*indexing.Pod
 	events  []modelEvent
 	uid     int
-	// tombs are deletions fed as tombstones: they carry the cache's current
-	// resourceVersion, which a bookmark may already have announced.
-	tombs map[string]bool
+	// tombs are deletions fed as tombstones, oldest first: the cache
+	// deletes each at the first resourceVersion no event has (settle).
+	tombs []string
 	// seq orders relists and watch openings.
 	seq int
 	// relists the cache went through after its first list. A relist whose
@@ -374,7 +375,7 @@ var debugHook = func(string) {}
 
 func runModel(t *testing.T, seed int64, ops int) {
 	ctx := context.Background()
-	m := &model{rng: rand.New(rand.NewSource(seed)), rv: 100, state: map[string]*indexing.Pod{}, states: map[uint64]map[string]*indexing.Pod{}, tombs: map[string]bool{}}
+	m := &model{rng: rand.New(rand.NewSource(seed)), rv: 100, state: map[string]*indexing.Pod{}, states: map[uint64]map[string]*indexing.Pod{}}
 	cfg := testConfig()
 	if seed%2 == 0 {
 		// Small buffers: most initial states go through a forwarder, and
@@ -386,6 +387,7 @@ func runModel(t *testing.T, seed int64, ops int) {
 	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return m.rv, nil }
 	cfg.RequestProgress = func(uint64) { // upstream proves it has nothing newer
 		in.UpdateResourceVersion(strconv.FormatUint(m.rv, 10))
+		m.settle(m.cacheRV, m.rv, m.rv)
 		m.cacheRV = m.rv
 	}
 	c, err := New(cfg)
@@ -418,7 +420,7 @@ func runModel(t *testing.T, seed int64, ops int) {
 		debugHook(fmt.Sprintf("op %d r=%d rv=%d cacheRV=%d events=%d", op, r, m.rv, m.cacheRV, len(m.events)))
 		switch {
 		case r < 50:
-			m.mutateCache(t, in, len(open) == 0)
+			m.mutateCache(t, in)
 		case r < 54:
 			m.relist(t, in)
 		case r < 57: // upstream moves on quietly; the cache learns on demand
@@ -428,6 +430,7 @@ func runModel(t *testing.T, seed int64, ops int) {
 			m.rv++
 			m.snapshot()
 			in.UpdateResourceVersion(strconv.FormatUint(m.rv, 10))
+			m.settle(m.cacheRV, m.rv, m.rv)
 			m.cacheRV = m.rv
 		case r < 64:
 			var lk, fp []string
@@ -485,6 +488,11 @@ func runModel(t *testing.T, seed int64, ops int) {
 			}
 		}
 		for _, ev := range m.events[rw.liveFrom:end] {
+			if ev.rv <= rw.from {
+				// A tombstone settled at a resourceVersion the watch (from
+				// the future) started after: that state lacks the object.
+				continue
+			}
 			if s, ok := rw.q.expectEvent(ev); ok {
 				rw.expected = append(rw.expected, s)
 			}
@@ -493,7 +501,7 @@ func runModel(t *testing.T, seed int64, ops int) {
 		if len(got) > 0 && strings.HasPrefix(got[0], "ERROR 410") && rw.allow410 {
 			continue // the client relists
 		}
-		checkBookmarks(t, i, rw, got, m.rv, m.tombs)
+		checkBookmarks(t, i, rw, got, m.rv)
 		var events []string
 		for _, s := range got {
 			if !strings.HasPrefix(s, "BOOKMARK @") {
@@ -515,30 +523,24 @@ func runModel(t *testing.T, seed int64, ops int) {
 
 // mutateCache makes one upstream change and feeds it to the cache as the
 // reflector would; now and then a deletion arrives as a tombstone.
-func (m *model) mutateCache(t *testing.T, in IngestStore, tombstoneOK bool) {
+func (m *model) mutateCache(t *testing.T, in IngestStore) {
 	t.Helper()
-	// A tombstone changes the state at the current resourceVersion: not
-	// while a paginated list at it is open.
-	if m.rng.Intn(20) == 0 && tombstoneOK && m.rv == m.cacheRV && len(m.state) > 0 {
+	if m.rng.Intn(20) == 0 && len(m.state) > 0 {
 		keys := make([]string, 0, len(m.state))
 		for k := range m.state {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
 		k := keys[m.rng.Intn(len(keys))]
-		prev := m.state[k]
-		// The cache deletes at its own resourceVersion: nothing newer is known.
-		gone := prev.DeepCopy()
-		gone.ResourceVersion = strconv.FormatUint(m.rv, 10)
-		delete(m.state, k)
-		if err := in.Delete(cache.DeletedFinalStateUnknown{Key: k, Obj: prev}); err != nil {
+		if err := in.Delete(cache.DeletedFinalStateUnknown{Key: k, Obj: m.state[k]}); err != nil {
 			t.Fatal(err)
 		}
-		m.events = append(m.events, modelEvent{typ: watch.Deleted, prev: prev, cur: gone, rv: m.rv})
-		m.tombs[fmt.Sprintf("DELETED %s@%d", k, m.rv)] = true
-		m.snapshot()
+		if !slices.Contains(m.tombs, k) {
+			m.tombs = append(m.tombs, k)
+		}
 		return
 	}
+	before := m.cacheRV
 	ev := m.mutate()
 	var err error
 	switch ev.typ {
@@ -552,9 +554,37 @@ func (m *model) mutateCache(t *testing.T, in IngestStore, tombstoneOK bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The event is newer news of its key than a tombstone; the others take
+	// the free resourceVersions before it.
+	m.tombs = slices.DeleteFunc(m.tombs, func(k string) bool { return k == key(ev.cur) })
+	m.settle(before, ev.rv-1, ev.rv)
 	m.cacheRV = m.rv
 	m.events = append(m.events, ev)
 	m.snapshot()
+}
+
+// settle is the cache's settleTombstones: the waiting tombstones are
+// deletions at from+1, from+2, ... up to upTo, in order. The states the
+// model recorded from each of them on, up to through, lose the object.
+func (m *model) settle(from, upTo, through uint64) {
+	for len(m.tombs) > 0 && from+1 <= upTo {
+		k := m.tombs[0]
+		m.tombs = m.tombs[1:]
+		prev, ok := m.state[k]
+		if !ok {
+			continue
+		}
+		from++
+		gone := prev.DeepCopy()
+		gone.ResourceVersion = strconv.FormatUint(from, 10)
+		delete(m.state, k)
+		for r := from; r <= through; r++ {
+			if st, ok := m.states[r]; ok {
+				delete(st, k)
+			}
+		}
+		m.events = append(m.events, modelEvent{typ: watch.Deleted, prev: prev, cur: gone, rv: from})
+	}
 }
 
 // relist: the reflector lists again, after missing some upstream changes
@@ -563,6 +593,7 @@ func (m *model) mutateCache(t *testing.T, in IngestStore, tombstoneOK bool) {
 // must get 410. A relist identical to the cache changes nothing.
 func (m *model) relist(t *testing.T, in IngestStore) {
 	t.Helper()
+	m.tombs = nil // the list says what exists
 	before := map[string]*indexing.Pod{}
 	for k, v := range m.state {
 		before[k] = v
@@ -772,6 +803,9 @@ func startWatch(ctx context.Context, t *testing.T, c *Cache, m *model) *recorded
 	}
 	m.seq++
 	rw.w, rw.seq, rw.from = w, m.seq, from
+	if opts.ResourceVersion == "" && opts.SendInitialEvents != nil && !*opts.SendInitialEvents {
+		rw.from = m.rv // from upstream's now, however far the cache lags
+	}
 	switch {
 	case mode == 1 || mode == 2:
 		for _, s := range q.expectList(m.state) {
@@ -836,7 +870,7 @@ func collect(rw *recordedWatch, mustEnd, mayEnd bool) (got []string, closed bool
 
 // checkBookmarks: after the initial state, resourceVersions never go back; a
 // bookmark at N promises that everything up to N was sent.
-func checkBookmarks(t *testing.T, i int, rw *recordedWatch, got []string, maxRV uint64, tombs map[string]bool) {
+func checkBookmarks(t *testing.T, i int, rw *recordedWatch, got []string, maxRV uint64) {
 	t.Helper()
 	last, bookmarked := uint64(0), false
 	for j, s := range got {
@@ -851,7 +885,7 @@ func checkBookmarks(t *testing.T, i int, rw *recordedWatch, got []string, maxRV 
 		if isBookmark && rv < rw.from {
 			t.Fatalf("watcher %d %s from %d: %s below its resourceVersion in %v", i, rw.descr, rw.from, s, got)
 		}
-		if rv < last || (bookmarked && !isBookmark && rv == last && !tombs[s]) || rv > maxRV {
+		if rv < last || (bookmarked && !isBookmark && rv == last) || (!isBookmark && rv == last && j > rw.initial) || rv > maxRV {
 			t.Fatalf("watcher %d %s: %s after resourceVersion %d in %v", i, rw.descr, s, last, got)
 		}
 		last, bookmarked = rv, isBookmark

@@ -165,8 +165,7 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64)
 	}
 	// Only a watch from a resourceVersion the cache had not reached skips
 	// events by resourceVersion (the client has those from elsewhere); any
-	// other skips by commit order alone, so a tombstone's deletion, which
-	// reuses the current resourceVersion, still reaches it.
+	// other skips by commit order alone.
 	skipTo := uint64(0)
 	if fromRV > at {
 		skipTo = fromRV
