@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -256,6 +257,7 @@ func (c *Controller) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Every replica serves what the status writer recorded.
 	effective, decisions := Merge(policies, c.opts.MaxIndexesPerResource)
 
 	c.mu.Lock()
@@ -288,11 +290,44 @@ func (c *Controller) sync(ctx context.Context) error {
 	}
 
 	if c.leader.Load() {
+		if recordsChange(policies, decisions) {
+			// Decide on a fresh view: the informer may not have seen a record
+			// this replica just wrote, and a decision against a stale record
+			// could give its slot to another policy.
+			policies, err = c.listLive(ctx)
+			if err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+			_, decisions = Merge(policies, c.opts.MaxIndexesPerResource)
+		}
 		if err := c.writeStatus(ctx, policies, decisions, states); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// recordsChange tells whether a decision changes what a policy has recorded.
+func recordsChange(policies []*configv1alpha1.IndexPolicy, decisions map[string]Decision) bool {
+	for _, p := range policies {
+		if !equality.Semantic.DeepEqual(p.Status.AcceptedIndexes, decisions[p.Name].Keep) {
+			return true
+		}
+	}
+	return false
+}
+
+// listLive reads the policies from kube-apiserver (a consistent read).
+func (c *Controller) listLive(ctx context.Context) ([]*configv1alpha1.IndexPolicy, error) {
+	list, err := c.client.ConfigV1alpha1().IndexPolicies().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing IndexPolicies: %w", err)
+	}
+	out := make([]*configv1alpha1.IndexPolicy, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
 }
 
 func (c *Controller) writeStatus(ctx context.Context, policies []*configv1alpha1.IndexPolicy, decisions map[string]Decision, states map[string]resourceState) error {
@@ -303,7 +338,7 @@ func (c *Controller) writeStatus(ctx context.Context, policies []*configv1alpha1
 	for _, p := range policies {
 		uid := string(p.UID)
 		live[uid] = true
-		desired := desiredStatus(p, decisions[p.Name], states[p.Spec.Resource], now)
+		desired := desiredStatus(p, decisions[p.Name], states, now)
 		switch compareStatus(&p.Status, &desired) {
 		case statusSame:
 			continue

@@ -33,6 +33,8 @@ type fakeCache struct {
 	fail    error
 	builtin []string
 	extra   int // added to every Values, to simulate churn
+	// sets is every index set applied, as names, in order.
+	sets [][]string
 }
 
 func (f *fakeCache) SetIndexes(labels, fields []string) error {
@@ -43,7 +45,14 @@ func (f *fakeCache) SetIndexes(labels, fields []string) error {
 		return f.fail
 	}
 	f.labels, f.fields = slices.Clone(labels), slices.Clone(fields)
+	f.sets = append(f.sets, IndexSet{Labels: labels, Fields: fields}.Names())
 	return nil
+}
+
+func (f *fakeCache) history() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.sets)
 }
 
 func (f *fakeCache) IndexStats() []indexcache.IndexStat {
@@ -410,9 +419,12 @@ func leaseHeldBy(holder string) *coordinationv1.Lease {
 	}
 }
 
-// A replica that doesn't hold the Lease applies the policies but writes no status.
+// A replica that doesn't hold the Lease serves what the status writer
+// recorded, and nothing it has not, and writes no status.
 func TestControllerNonLeaderWritesNoStatus(t *testing.T) {
-	client := newPolicyClient(newPolicy("spark", "pods", []string{"spark-app-selector"}, nil), newPolicy("bad", "pods", []string{"bad key"}, nil))
+	spark := newPolicy("spark", "pods", []string{"spark-app-selector"}, nil)
+	recorded(spark, 1, []string{"spark-app-selector"}, nil)
+	client := newPolicyClient(spark, newPolicy("bad", "pods", []string{"bad key"}, nil), newPolicy("undecided", "pods", []string{"app"}, nil))
 	kube := kubefake.NewSimpleClientset(leaseHeldBy("another-replica"))
 	opts := testOptions()
 	opts.LeaderElect = true
@@ -431,7 +443,7 @@ func TestControllerNonLeaderWritesNoStatus(t *testing.T) {
 // other takes over.
 func TestControllerLeaderElection(t *testing.T) {
 	objs := func() []runtime.Object {
-		return []runtime.Object{newPolicy("spark", "pods", []string{"spark-app-selector"}, nil)}
+		return []runtime.Object{recorded(newPolicy("spark", "pods", []string{"spark-app-selector"}, nil), 1, []string{"spark-app-selector"}, nil)}
 	}
 	c1, c2 := newPolicyClient(objs()...), newPolicyClient(objs()...)
 	kube := kubefake.NewSimpleClientset()
@@ -487,5 +499,160 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	opts.RenewDeadline = opts.LeaseDuration
 	if _, err := New(Config{Client: newPolicyClient(), KubeClient: kubefake.NewSimpleClientset(), Options: opts}); err == nil {
 		t.Error("renew deadline equal to the lease duration")
+	}
+}
+
+// updateSpec edits a policy's spec as kube-apiserver would: the generation goes up.
+func (h *harness) updateSpec(name string, labels, fields []string) {
+	h.t.Helper()
+	p := h.policy(name)
+	p.Spec.Labels, p.Spec.Fields = labels, fields
+	p.Generation++
+	if _, err := h.client.ConfigV1alpha1().IndexPolicies().Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// The issue's case: with a cap of 2, spark and flink accepted and late
+// refused, an edit of spark over the cap is refused; spark keeps its index,
+// late stays out, and reverting the edit makes spark Accepted again.
+func TestControllerEditOverCapKeepsWhatWasAccepted(t *testing.T) {
+	spark := newPolicy("spark", "pods", []string{"spark-app-selector"}, nil)
+	spark.CreationTimestamp = metav1.NewTime(t0)
+	flink := newPolicy("flink", "pods", []string{"app"}, nil)
+	flink.CreationTimestamp = metav1.NewTime(t0.Add(time.Second))
+	late := newPolicy("late", "pods", []string{"late"}, nil)
+	late.CreationTimestamp = metav1.NewTime(t0.Add(2 * time.Second))
+	client := newPolicyClient(spark, flink, late)
+	opts := testOptions()
+	opts.MaxIndexesPerResource = 2
+	h := start(t, client, nil, opts, "r1")
+	h.waitIndexes(h.pods, []string{"app", "spark-app-selector"}, nil)
+	h.waitStatus("spark", metav1.ConditionTrue, metav1.ConditionTrue)
+	h.waitStatus("flink", metav1.ConditionTrue, metav1.ConditionTrue)
+	h.waitStatus("late", metav1.ConditionFalse, metav1.ConditionFalse)
+
+	h.updateSpec("spark", []string{"spark-app-selector"}, []string{"status.phase"})
+	p := h.waitStatus("spark", metav1.ConditionFalse, metav1.ConditionTrue)
+	a := meta.FindStatusCondition(p.Status.Conditions, configv1alpha1.ConditionAccepted)
+	if a.Reason != configv1alpha1.ReasonTooManyIndexes || !strings.Contains(a.Message, "label:spark-app-selector stays") {
+		t.Errorf("accepted condition of the refused edit: %+v", a)
+	}
+	if len(p.Status.Indexes) != 1 || p.Status.Indexes[0].Name != "label:spark-app-selector" {
+		t.Errorf("indexes of the refused edit: %+v", p.Status.Indexes)
+	}
+	h.waitStatus("late", metav1.ConditionFalse, metav1.ConditionFalse)
+	h.waitStatus("flink", metav1.ConditionTrue, metav1.ConditionTrue)
+	// Settle, then check nothing was dropped or added on the way.
+	h.ctrl.queue.Add(syncKey)
+	time.Sleep(200 * time.Millisecond)
+	if l, f, _ := h.pods.get(); !slices.Equal(l, []string{"app", "spark-app-selector"}) || len(f) != 0 {
+		t.Fatalf("after the refused edit the cache has labels %v fields %v", l, f)
+	}
+	served := false
+	for _, set := range h.pods.history() {
+		has := slices.Contains(set, "label:spark-app-selector")
+		if served && !has || slices.Contains(set, "label:late") {
+			t.Fatalf("the cache went through %v", h.pods.history())
+		}
+		served = served || has
+	}
+
+	// Revert: Accepted again, same indexes.
+	h.updateSpec("spark", []string{"spark-app-selector"}, nil)
+	h.waitStatus("spark", metav1.ConditionTrue, metav1.ConditionTrue)
+	h.waitStatus("late", metav1.ConditionFalse, metav1.ConditionFalse)
+	h.waitIndexes(h.pods, []string{"app", "spark-app-selector"}, nil)
+
+	// A refused edit of another kind (invalid) keeps the indexes too.
+	h.updateSpec("flink", []string{"bad key"}, nil)
+	p = h.waitStatus("flink", metav1.ConditionFalse, metav1.ConditionTrue)
+	if a := meta.FindStatusCondition(p.Status.Conditions, configv1alpha1.ConditionAccepted); a.Reason != configv1alpha1.ReasonInvalid {
+		t.Errorf("accepted condition of the invalid edit: %+v", a)
+	}
+	h.waitIndexes(h.pods, []string{"app", "spark-app-selector"}, nil)
+	// A shrinking edit is accepted and frees a slot, which late takes.
+	h.updateSpec("flink", nil, nil)
+	h.waitStatus("flink", metav1.ConditionTrue, metav1.ConditionTrue)
+	h.waitStatus("late", metav1.ConditionTrue, metav1.ConditionTrue)
+	h.waitIndexes(h.pods, []string{"late", "spark-app-selector"}, nil)
+}
+
+// Suspected in issue 24: a policy accepted while its status write is pending
+// could be pushed out by an older policy's edit. Here status writes fail for a
+// while: whatever a replica serves must stay served until its own policy
+// changes, and the end state must not depend on when the writes landed.
+func TestControllerPendingStatusWriteEvictsNothing(t *testing.T) {
+	spark := newPolicy("spark", "pods", []string{"a"}, nil)
+	spark.CreationTimestamp = metav1.NewTime(t0)
+	client := newPolicyClient(spark)
+	var mu sync.Mutex
+	blocked, attempts := false, map[string]int64{} // name -> generation of the last attempt while blocked
+	client.PrependReactor("update", "indexpolicies", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		ua := a.(clienttesting.UpdateAction)
+		if ua.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !blocked {
+			return false, nil, nil
+		}
+		p := ua.GetObject().(*configv1alpha1.IndexPolicy)
+		attempts[p.Name] = p.Generation
+		return true, nil, errors.New("status write held back by the test")
+	})
+	attempted := func(name string, gen int64) func() (bool, string) {
+		return func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			return attempts[name] == gen, fmt.Sprint(attempts)
+		}
+	}
+	opts := testOptions()
+	opts.MaxIndexesPerResource = 2
+	h := start(t, client, nil, opts, "r1")
+	h.waitStatus("spark", metav1.ConditionTrue, metav1.ConditionTrue)
+	h.waitIndexes(h.pods, []string{"a"}, nil)
+
+	mu.Lock()
+	blocked = true
+	mu.Unlock()
+	b := newPolicy("b", "pods", []string{"b"}, nil)
+	b.CreationTimestamp = metav1.NewTime(t0.Add(time.Minute))
+	if _, err := client.ConfigV1alpha1().IndexPolicies().Create(context.Background(), b, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a status write for b", attempted("b", 1))
+	h.updateSpec("spark", []string{"a", "c"}, nil)
+	eventually(t, "a status write for spark's edit", attempted("spark", 2))
+	mu.Lock()
+	blocked = false
+	mu.Unlock()
+	h.ctrl.queue.Add(syncKey)
+	eventually(t, "statuses of the current generations", func() (bool, string) {
+		s, b := h.policy("spark"), h.policy("b")
+		return s.Status.ObservedGeneration == 2 && b.Status.ObservedGeneration == 1, fmt.Sprintf("%+v %+v", s.Status, b.Status)
+	})
+	h.ctrl.queue.Add(syncKey)
+	time.Sleep(200 * time.Millisecond)
+
+	// Whatever was served for b stayed served, and the cache never exceeded the cap.
+	served := false
+	for _, set := range h.pods.history() {
+		has := slices.Contains(set, "label:b")
+		if served && !has {
+			t.Fatalf("b's index was served, then dropped by spark's edit: history %v", h.pods.history())
+		}
+		served = served || has
+		if len(set) > 2 {
+			t.Fatalf("the cache held %v, more than the cap", set)
+		}
+	}
+	// The status agrees with what is served.
+	l, _, _ := h.pods.get()
+	bAccepted := meta.IsStatusConditionTrue(h.policy("b").Status.Conditions, configv1alpha1.ConditionAccepted)
+	if bAccepted != slices.Contains(l, "b") {
+		t.Fatalf("b accepted=%v but the cache serves %v", bAccepted, l)
 	}
 }

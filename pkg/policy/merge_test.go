@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -22,10 +23,21 @@ func pol(name string, age int, resource string, labels, fields []string) *config
 	}
 }
 
-func acceptedAt(p *configv1alpha1.IndexPolicy, gen int64) *configv1alpha1.IndexPolicy {
-	p.Status.Conditions = []metav1.Condition{{Type: configv1alpha1.ConditionAccepted, Status: metav1.ConditionTrue,
-		Reason: configv1alpha1.ReasonAccepted, ObservedGeneration: gen}}
+// recorded gives a policy the status.acceptedIndexes the status writer
+// would have written when it accepted generation gen with these indexes.
+func recorded(p *configv1alpha1.IndexPolicy, gen int64, labels, fields []string) *configv1alpha1.IndexPolicy {
+	p.Status.AcceptedIndexes = &configv1alpha1.AcceptedIndexes{Generation: gen, Resource: p.Spec.Resource, Labels: labels, Fields: fields}
 	return p
+}
+
+// record writes the decisions into the policies, as the status writer does.
+func record(policies []*configv1alpha1.IndexPolicy, decisions map[string]Decision) []*configv1alpha1.IndexPolicy {
+	out := make([]*configv1alpha1.IndexPolicy, len(policies))
+	for i, p := range policies {
+		out[i] = p.DeepCopy()
+		out[i].Status.AcceptedIndexes = decisions[p.Name].Keep.DeepCopy()
+	}
+	return out
 }
 
 func TestMerge(t *testing.T) {
@@ -132,21 +144,69 @@ func TestMerge(t *testing.T) {
 			},
 		},
 		{
-			name: "an accepted policy keeps its place when an older one grows",
+			name: "an accepted policy keeps its place when an older one grows, and the older keeps what it had",
 			max:  2,
 			policies: []*configv1alpha1.IndexPolicy{
 				// old was edited (generation 2) and now asks for more; newer was accepted at its generation.
 				func() *configv1alpha1.IndexPolicy {
-					p := acceptedAt(pol("old", 0, "pods", []string{"a", "b"}, nil), 1)
+					p := recorded(pol("old", 0, "pods", []string{"a", "b"}, nil), 1, []string{"a"}, nil)
 					p.Generation = 2
 					return p
 				}(),
-				acceptedAt(pol("newer", 5, "pods", []string{"c"}, nil), 1),
+				recorded(pol("newer", 5, "pods", []string{"c"}, nil), 1, []string{"c"}, nil),
+				pol("late", 6, "pods", []string{"d"}, nil),
 			},
 			want: want{
-				pods:     IndexSet{Labels: []string{"c"}},
+				pods:     IndexSet{Labels: []string{"a", "c"}},
 				accepted: []string{"newer"},
-				rejected: map[string]string{"old": "TooManyIndexes"},
+				rejected: map[string]string{"old": "TooManyIndexes", "late": "TooManyIndexes"},
+				msg:      map[string]string{"old": "would add 2 indexes on pods (label:a, label:b) to the 1 that accepted policies already use", "late": "already indexed: label:a, label:c"},
+			},
+		},
+		{
+			name: "an edit that fits replaces what the policy had; a shrink frees room for the next",
+			max:  2,
+			policies: []*configv1alpha1.IndexPolicy{
+				func() *configv1alpha1.IndexPolicy {
+					p := recorded(pol("old", 0, "pods", []string{"b"}, nil), 1, []string{"a", "x"}, nil)
+					p.Generation = 2
+					return p
+				}(),
+				pol("late", 6, "pods", []string{"c"}, nil),
+			},
+			want: want{
+				pods:     IndexSet{Labels: []string{"b", "c"}},
+				accepted: []string{"old", "late"},
+			},
+		},
+		{
+			name: "an invalid edit keeps what the policy had",
+			max:  2,
+			policies: []*configv1alpha1.IndexPolicy{
+				func() *configv1alpha1.IndexPolicy {
+					p := recorded(pol("old", 0, "pods", []string{"bad key"}, nil), 1, []string{"a", "b"}, nil)
+					p.Generation = 2
+					return p
+				}(),
+				pol("late", 6, "pods", []string{"c"}, nil),
+			},
+			want: want{
+				pods:     IndexSet{Labels: []string{"a", "b"}},
+				rejected: map[string]string{"old": "Invalid", "late": "TooManyIndexes"},
+				msg:      map[string]string{"old": "Until then generation 1 stays in effect: label:a, label:b stays indexed."},
+			},
+		},
+		{
+			name: "records over a lowered cap: the youngest loses its place",
+			max:  1,
+			policies: []*configv1alpha1.IndexPolicy{
+				recorded(pol("young", 9, "pods", []string{"b"}, nil), 1, []string{"b"}, nil),
+				recorded(pol("old", 0, "pods", []string{"a"}, nil), 1, []string{"a"}, nil),
+			},
+			want: want{
+				pods:     IndexSet{Labels: []string{"a"}},
+				accepted: []string{"old"},
+				rejected: map[string]string{"young": "TooManyIndexes"},
 			},
 		},
 		{
@@ -174,7 +234,15 @@ func TestMerge(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			sets, decisions := Merge(tc.policies, tc.max)
+			_, decisions := Merge(tc.policies, tc.max)
+			// What is served once the decisions are recorded; deciding
+			// again on the records changes nothing.
+			after := record(tc.policies, decisions)
+			sets, again := Merge(after, tc.max)
+			if !maps.EqualFunc(decisions, again, func(a, b Decision) bool { return a.Accepted == b.Accepted && a.Reason == b.Reason }) ||
+				recordsChange(after, again) {
+				t.Errorf("deciding on the recorded decisions changes them: %+v then %+v", decisions, again)
+			}
 			if len(sets) != len(Resources) {
 				t.Fatalf("want an entry per resource, got %v", sets)
 			}

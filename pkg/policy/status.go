@@ -23,12 +23,15 @@ type resourceState struct {
 }
 
 // desiredStatus computes a policy's status from the decision about it and the
-// state of its resource's cache. Conditions keep their lastTransitionTime when
-// their status doesn't change.
-func desiredStatus(p *configv1alpha1.IndexPolicy, d Decision, st resourceState, now metav1.Time) configv1alpha1.IndexPolicyStatus {
+// state of the caches. Accepted is about the current generation; Ready and
+// indexes are about what the policy keeps (d.Keep), which a refused edit
+// leaves serving. Conditions keep their lastTransitionTime when their status
+// doesn't change.
+func desiredStatus(p *configv1alpha1.IndexPolicy, d Decision, states map[string]resourceState, now metav1.Time) configv1alpha1.IndexPolicyStatus {
 	out := configv1alpha1.IndexPolicyStatus{
 		ObservedGeneration: p.Generation,
 		Conditions:         cloneConditions(p.Status.Conditions),
+		AcceptedIndexes:    d.Keep,
 	}
 	set := func(typ string, ok bool, reason, msg string) {
 		status := metav1.ConditionFalse
@@ -40,22 +43,26 @@ func desiredStatus(p *configv1alpha1.IndexPolicy, d Decision, st resourceState, 
 	}
 
 	set(configv1alpha1.ConditionAccepted, d.Accepted, d.Reason, d.Message)
-	switch {
-	case !d.Accepted:
+	if d.Keep == nil {
 		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonNotAccepted, "the policy is not accepted; see the Accepted condition")
 		return out
+	}
+	res := d.Keep.Resource
+	keep := setOf(d.Keep.Labels, d.Keep.Fields)
+	st := states[res]
+	switch {
 	case !st.running:
 		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonCacheNotRunning,
-			fmt.Sprintf("this server has no cache of %s", p.Spec.Resource))
+			fmt.Sprintf("this server has no cache of %s", res))
 		return out
 	case st.applyErr != nil:
 		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonBuildFailed,
-			fmt.Sprintf("building the indexes of %s failed (will retry): %v", p.Spec.Resource, st.applyErr))
+			fmt.Sprintf("building the indexes of %s failed (will retry): %v", res, st.applyErr))
 		return out
 	}
 
 	var missing []string
-	for _, name := range d.Indexes.Names() {
+	for _, name := range keep.Names() {
 		s, ok := st.stats[name]
 		if !ok {
 			missing = append(missing, name)
@@ -72,15 +79,15 @@ func desiredStatus(p *configv1alpha1.IndexPolicy, d Decision, st resourceState, 
 	case len(missing) > 0:
 		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonPending,
 			"indexes not built yet: "+strings.Join(missing, ", "))
-	case d.Indexes.Len() == 0:
+	case keep.Len() == 0:
 		set(configv1alpha1.ConditionReady, true, configv1alpha1.ReasonBuilt, "nothing to index")
 	default:
 		what := "index"
-		if d.Indexes.Len() > 1 {
+		if keep.Len() > 1 {
 			what = "indexes"
 		}
 		set(configv1alpha1.ConditionReady, true, configv1alpha1.ReasonBuilt,
-			fmt.Sprintf("%d %s built and serving: %s", d.Indexes.Len(), what, strings.Join(d.Indexes.Names(), ", ")))
+			fmt.Sprintf("%d %s built and serving: %s", keep.Len(), what, strings.Join(keep.Names(), ", ")))
 	}
 	return out
 }
@@ -108,6 +115,7 @@ func compareStatus(current, desired *configv1alpha1.IndexPolicyStatus) statusCha
 		return statusSame
 	}
 	if current.ObservedGeneration != desired.ObservedGeneration ||
+		!equality.Semantic.DeepEqual(current.AcceptedIndexes, desired.AcceptedIndexes) ||
 		!equality.Semantic.DeepEqual(current.Conditions, desired.Conditions) ||
 		len(current.Indexes) != len(desired.Indexes) {
 		return statusChanged

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -419,4 +420,99 @@ func manyKeys(prefix string, n int) []string {
 		out[i] = prefix + strconv.Itoa(i)
 	}
 	return out
+}
+
+// nodeMetric returns the sample of index_apiserver_<metric> for nodes and the
+// given index, and whether the series exists.
+func nodeMetric(m map[string]float64, metric, index string) (float64, bool) {
+	for _, res := range []string{"nodes.indexing.k8s.io", "nodes"} {
+		if v, ok := m[seriesName("index_apiserver_"+metric, map[string]string{"resource": res, "index": index})]; ok {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// TestIndexPolicyEditOverCap: with the nodes' index union filled up to the
+// server's --max-indexes-per-resource, an edit that would go over it is
+// refused: the policy keeps its index, a refused policy does not take its
+// place, and reverting the edit makes it Accepted again.
+func TestIndexPolicyEditOverCap(t *testing.T) {
+	ctx := context.Background()
+	c := newClients(t, adminConfig)
+	var limit, used int
+	eventually(t, 30*time.Second, func() error {
+		m := scrape(t)
+		l, ok1 := m[seriesName("index_apiserver_policy_max_indexes_per_resource", nil)]
+		u, ok2 := m[seriesName("index_apiserver_policy_indexes", map[string]string{"resource": "nodes.indexing.k8s.io"})]
+		if !ok1 || !ok2 {
+			return fmt.Errorf("no policy metrics yet")
+		}
+		limit, used = int(l), int(u)
+		return nil
+	})
+	free := limit - used
+	if free < 2 {
+		t.Fatalf("the nodes' union already holds %d of %d indexes", used, limit)
+	}
+	// Fill all but one slot, in policies of at most 16 labels.
+	keys := manyKeys("e2e-cap-fill-", free-1)
+	for i := 0; len(keys) > 0; i++ {
+		n := min(16, len(keys))
+		name := fmt.Sprintf("e2e-cap-fill-%d", i)
+		if _, err := createPolicy(t, ctx, c, name, configv1alpha1.IndexPolicySpec{Resource: "nodes", Labels: keys[:n]}); err != nil {
+			t.Fatal(err)
+		}
+		waitPolicy(t, ctx, c, name, metav1.ConditionTrue, metav1.ConditionTrue)
+		keys = keys[n:]
+	}
+	sparkIndex, lateIndex := "label:e2e-cap-spark", "label:e2e-cap-late"
+	if _, err := createPolicy(t, ctx, c, "e2e-cap-spark", configv1alpha1.IndexPolicySpec{Resource: "nodes", Labels: []string{"e2e-cap-spark"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitPolicy(t, ctx, c, "e2e-cap-spark", metav1.ConditionTrue, metav1.ConditionTrue)
+	if _, err := createPolicy(t, ctx, c, "e2e-cap-late", configv1alpha1.IndexPolicySpec{Resource: "nodes", Labels: []string{"e2e-cap-late"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitPolicy(t, ctx, c, "e2e-cap-late", metav1.ConditionFalse, metav1.ConditionFalse)
+
+	// The edit over the cap is refused; spark keeps its index, late stays out.
+	edit := func(fields []string) {
+		t.Helper()
+		p, err := c.index.ConfigV1alpha1().IndexPolicies().Get(ctx, "e2e-cap-spark", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Spec.Fields = fields
+		if _, err := c.index.ConfigV1alpha1().IndexPolicies().Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit([]string{"spec.unschedulable"})
+	p := waitPolicy(t, ctx, c, "e2e-cap-spark", metav1.ConditionFalse, metav1.ConditionTrue)
+	if a := meta.FindStatusCondition(p.Status.Conditions, configv1alpha1.ConditionAccepted); a.Reason != configv1alpha1.ReasonTooManyIndexes ||
+		!strings.Contains(a.Message, "generation 1 stays in effect: "+sparkIndex+" stays indexed") {
+		t.Fatalf("Accepted condition of the refused edit: %+v", a)
+	}
+	if r := p.Status.AcceptedIndexes; r == nil || r.Generation != 1 || !slices.Equal(r.Labels, []string{"e2e-cap-spark"}) || len(r.Fields) != 0 {
+		t.Fatalf("acceptedIndexes after the refused edit: %+v", r)
+	}
+	waitPolicy(t, ctx, c, "e2e-cap-late", metav1.ConditionFalse, metav1.ConditionFalse)
+	m := scrape(t)
+	if _, ok := nodeMetric(m, "index_values", sparkIndex); !ok {
+		t.Fatalf("%s was dropped by the refused edit", sparkIndex)
+	}
+	for _, idx := range []string{lateIndex, "field:spec.unschedulable"} {
+		if _, ok := nodeMetric(m, "index_values", idx); ok {
+			t.Fatalf("%s is built though no accepted policy asks for it", idx)
+		}
+	}
+
+	// Revert: Accepted again; late still refused.
+	edit(nil)
+	waitPolicy(t, ctx, c, "e2e-cap-spark", metav1.ConditionTrue, metav1.ConditionTrue)
+	waitPolicy(t, ctx, c, "e2e-cap-late", metav1.ConditionFalse, metav1.ConditionFalse)
+	if _, ok := nodeMetric(scrape(t), "index_values", sparkIndex); !ok {
+		t.Fatalf("%s is gone after the revert", sparkIndex)
+	}
 }

@@ -111,13 +111,44 @@ type IndexPolicyStatus struct {
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// indexes describes each index the policy asks for, as built in the
+	// acceptedIndexes is what index-apiserver accepted for this policy and
+	// every replica serves: the spec of the generation last accepted. It is
+	// kept when a later edit is refused (invalid, or over the cap), so an
+	// accepted policy keeps its indexes and its place. Replicas index the
+	// union of the policies' acceptedIndexes; only the status writer decides.
+	// +optional
+	AcceptedIndexes *AcceptedIndexes `json:"acceptedIndexes,omitempty"`
+
+	// indexes describes each index in acceptedIndexes, as built in the
 	// cache of the replica that wrote the status.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=32
 	Indexes []IndexStatus `json:"indexes,omitempty"`
+}
+
+// AcceptedIndexes are the indexes of one accepted generation of a policy.
+type AcceptedIndexes struct {
+	// generation is the metadata.generation whose spec was accepted.
+	// +required
+	Generation int64 `json:"generation"`
+	// resource is that generation's spec.resource.
+	// +required
+	// +kubebuilder:validation:Enum=pods;nodes
+	Resource string `json:"resource"`
+	// labels are that generation's label keys, sorted.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=317
+	Labels []string `json:"labels,omitempty"`
+	// fields are that generation's field paths, sorted.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=64
+	Fields []string `json:"fields,omitempty"`
 }
 
 // IndexStatus describes one index.
