@@ -226,13 +226,18 @@ func innerRequestInfo(req *http.Request) (*request.RequestInfo, error) {
 	return innerInfo.NewRequestInfo(&r)
 }
 
+// strip takes the prefix off p, repeated ones included: the prefix under
+// itself would go to kube-apiserver, whose aggregator sends it back here as
+// the same user, once per repetition; taking them all off here gives the
+// same answer for one hop.
 func strip(p string) string {
 	if p == "" {
 		return ""
 	}
-	p = strings.TrimPrefix(p, Prefix)
-	if p == "" {
-		return "/"
+	for Under(p) {
+		if p = strings.TrimPrefix(p, Prefix); p == "" {
+			return "/"
+		}
 	}
 	return p
 }

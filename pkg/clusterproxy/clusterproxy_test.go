@@ -269,3 +269,47 @@ func TestPassthroughConnectionCannotDropIdentity(t *testing.T) {
 		})
 	}
 }
+
+// TestNestedPrefixIsServedHere: the prefix repeated under itself would go
+// to kube-apiserver, whose aggregator sends it back here, once per
+// repetition (a request that costs a round trip and a connection per
+// ~50 bytes of URL). The same user asks the same server each time, so all
+// repetitions are taken off at once: a core read is served from the cache,
+// anything else reaches kube-apiserver under its own path.
+func TestNestedPrefixIsServedHere(t *testing.T) {
+	var upstreamPath string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamPath = r.URL.Path
+	}))
+	defer upstream.Close()
+	up, err := NewUpstream(&rest.Config{Host: upstream.URL}, nil, codecs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cachePath string
+	h := New(Config{
+		Cache:      http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { cachePath = r.URL.Path }),
+		Upstream:   up,
+		Authorizer: &fakeAuthorizer{allow: true},
+		Serializer: codecs,
+	})
+	nested := strings.Repeat(Prefix, 3)
+	for path, want := range map[string]string{
+		nested + "/api/v1/namespaces/spark/pods":       "cache /api/v1/namespaces/spark/pods",
+		nested + "/api/v1/namespaces/spark/configmaps": "upstream /api/v1/namespaces/spark/configmaps",
+		nested:       "upstream /",
+		Prefix + "/": "upstream /",
+	} {
+		cachePath, upstreamPath = "", ""
+		req := httptest.NewRequest("GET", path, nil)
+		req = req.WithContext(request.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+		h.Wrap(http.NotFoundHandler()).ServeHTTP(httptest.NewRecorder(), req)
+		got := "cache " + cachePath
+		if upstreamPath != "" {
+			got = "upstream " + upstreamPath
+		}
+		if got != want {
+			t.Errorf("GET %s: %s, want %s", path, got, want)
+		}
+	}
+}
