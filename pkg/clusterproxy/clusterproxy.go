@@ -195,8 +195,12 @@ func (h *Handler) authorize(w http.ResponseWriter, req *http.Request) bool {
 		return true
 	}
 	if err != nil {
+		// kube-apiserver's authorization filter: an error without an Allow
+		// is a 500, not a 403 for a right the caller may have.
 		klog.FromContext(ctx).V(2).Info("Authorization of a cached core read failed", "user", attrs.GetUser().GetName(),
 			"verb", attrs.GetVerb(), "resource", attrs.GetResource(), "namespace", attrs.GetNamespace(), "err", err)
+		responsewriters.InternalError(w, req, err)
+		return false
 	}
 	responsewriters.Forbidden(attrs, w, req, reason, h.cfg.Serializer)
 	return false

@@ -2,6 +2,7 @@ package clusterproxy
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -267,6 +268,38 @@ func TestPassthroughConnectionCannotDropIdentity(t *testing.T) {
 				t.Errorf("upgrade reached upstream with Connection %q", s.header.Get("Connection"))
 			}
 		})
+	}
+}
+
+type erringAuthorizer struct{ decision authorizer.Decision }
+
+func (e erringAuthorizer) Authorize(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+	return e.decision, "webhook said no", errors.New("the SubjectAccessReview failed: connection refused")
+}
+
+// TestCachedReadAuthorizerErrorIs500: an authorizer error without an Allow
+// (the SubjectAccessReview failed) is kube-apiserver's 500 Internal Error,
+// as its authorization filter answers, not a 403 that tells the client it
+// lacks a right it may well have; an Allow despite an error serves.
+func TestCachedReadAuthorizerErrorIs500(t *testing.T) {
+	for decision, want := range map[authorizer.Decision]int{
+		authorizer.DecisionNoOpinion: http.StatusInternalServerError,
+		authorizer.DecisionDeny:      http.StatusInternalServerError,
+		authorizer.DecisionAllow:     http.StatusOK,
+	} {
+		served := false
+		h := New(Config{
+			Cache:      http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true }),
+			Authorizer: erringAuthorizer{decision},
+			Serializer: codecs,
+		})
+		req := httptest.NewRequest("GET", Prefix+"/api/v1/namespaces/spark/pods", nil)
+		req = req.WithContext(request.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+		rec := httptest.NewRecorder()
+		h.Wrap(http.NotFoundHandler()).ServeHTTP(rec, req)
+		if rec.Code != want || served != (want == http.StatusOK) {
+			t.Errorf("authorizer decision %v with an error: %d (cache served %v) %s, want %d", decision, rec.Code, served, rec.Body, want)
+		}
 	}
 }
 
