@@ -263,3 +263,42 @@ func TestTombstoneHasAResumePointOfItsOwn(t *testing.T) {
 		t.Fatalf("a watch resumed from 12 got %v, want the deletion of ns/b, then ADDED ns/c@14", resumed)
 	}
 }
+
+// TestWatchStartsWhileTheWindowTurnsOver (issue 24, suspected): a watch
+// whose initial state takes longer to prepare than the event window lasts
+// (here 100 events while 20,000 pods are prepared) is not refused with 429
+// "the cache relisted" when nothing relisted: it is prepared again, the
+// last time under the lock, and opens.
+func TestWatchStartsWhileTheWindowTurnsOver(t *testing.T) {
+	const pods = 20000
+	c := newCacheWith(t, func(cfg *Config) { cfg.EventWindow = minWindowEvents })
+	var list []*indexing.Pod
+	for i := range pods {
+		list = append(list, mkPod("ns", fmt.Sprintf("p%05d", i), fmt.Sprintf("u%d", i), 5, nil, "", ""))
+	}
+	synced(t, c, list...)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i, rv := 0, uint64(11); ; i, rv = i+1, rv+1 {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := c.Ingest().Update(mkPod("ns", fmt.Sprintf("p%05d", i%pods), fmt.Sprintf("u%d", i%pods), rv, nil, "", "")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	yes := true
+	for attempt := range 10 {
+		w, err := c.Watch(context.Background(), WatchOptions{SendInitialEvents: &yes, AllowWatchBookmarks: true, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, ResourceVersion: "0"})
+		if err != nil {
+			t.Fatalf("attempt %d: %v (relists: none)", attempt, err)
+		}
+		w.Stop()
+	}
+}

@@ -73,8 +73,11 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		slot:           c.watcherSlots.Add(1),
 		done:           make(chan struct{}),
 	}
-	for range maxRegisterAttempts {
-		ok, err := c.register(w, sendState, sendState && opts.SendInitialEvents != nil && opts.AllowWatchBookmarks, fromRV)
+	for attempt := range maxRegisterAttempts {
+		// The last attempt prepares under the lock, so neither a relist nor
+		// an event window turning over meanwhile can send it back.
+		locked := attempt == maxRegisterAttempts-1
+		ok, err := c.register(w, sendState, sendState && opts.SendInitialEvents != nil && opts.AllowWatchBookmarks, fromRV, locked)
 		if err != nil {
 			if _, isStatus := err.(errors.APIStatus); isStatus && !errors.IsServiceUnavailable(err) {
 				return newErrWatcher(err), nil
@@ -90,14 +93,21 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 }
 
 // register prepares w's initial events and registers it. It reports false
-// when a relist swapped the state meanwhile (prepare again).
-func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64) (bool, error) {
+// when a relist swapped the state, or the event window dropped events
+// committed, while it prepared without the lock (prepare again). locked
+// prepares under the write lock instead: it cannot be sent back, and costs
+// ingest the preparation, so it is the last resort.
+func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64, locked bool) (bool, error) {
 	pred := w.pred
 	// Prepare under the read lock: O(1) (a clone, or the index candidates)
 	// or a copy of the window's pointers after fromRV.
-	c.mu.RLock()
+	lock, unlock := c.mu.RLock, c.mu.RUnlock
+	if locked {
+		lock, unlock = c.mu.Lock, c.mu.Unlock
+	}
+	lock()
 	if c.stopped {
-		c.mu.RUnlock()
+		unlock()
 		return false, errStopped(c.cfg.GroupResource)
 	}
 	gen, at, seq := c.generation, c.rv, c.seq
@@ -115,11 +125,13 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64)
 		var ok bool
 		if replay, ok = c.window.since(fromRV); !ok {
 			oldest := c.window.startRV
-			c.mu.RUnlock()
+			unlock()
 			return false, errTooOldRV(fromRV, oldest)
 		}
 	}
-	c.mu.RUnlock()
+	if !locked {
+		c.mu.RUnlock()
+	}
 
 	var initial []watch.Event
 	if sendState {
@@ -155,7 +167,9 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64)
 	}
 
 	// Complete with what was committed meanwhile, and register.
-	c.mu.Lock()
+	if !locked {
+		c.mu.Lock()
+	}
 	defer c.mu.Unlock()
 	if c.stopped {
 		return false, errStopped(c.cfg.GroupResource)
