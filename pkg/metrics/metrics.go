@@ -177,6 +177,19 @@ var (
 		Buckets:        []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"outcome"})
+	// WatchesOpen counts the watches open on the server (all resources,
+	// the cluster proxy's passed-through ones too).
+	WatchesOpen = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "watches_open",
+		Help:           "Watch requests being served (cached and passed through), as --max-watches and --max-watches-per-user count them.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	// WatchesRefused counts watches refused with 429 by the limit that refused them.
+	WatchesRefused = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Name: "watches_refused_total",
+		Help:           "Watch requests refused with 429 because the user (limit=per-user) or the server (limit=total) had as many open as allowed.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"limit"})
 	// ClusterProxyBytes counts the bytes passed through to and from kube-apiserver.
 	ClusterProxyBytes = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "cluster_proxy_bytes_total",
@@ -194,7 +207,7 @@ func Register() {
 			Watchers, DispatchCandidates, WatchShards, FilteredEvents, EventsDispatched,
 			ListRequests, CacheObjects, IndexValues, CacheResourceVersion, ResourceVersionLag, SlowWatchersClosed,
 			UpstreamConnected, Relists, UpstreamReads, RevisionReads, ProgressProbes,
-			ClusterProxyRequests, ClusterProxyDuration, ClusterProxyBytes,
+			ClusterProxyRequests, ClusterProxyDuration, ClusterProxyBytes, WatchesOpen, WatchesRefused,
 			IndexEstimatedBytes, PolicyIndexes, MaxIndexesPerResource,
 			AdviceScannedObjects, AdviceFilteredOffers, AdviceWatchers, AdviceLists,
 		} {

@@ -5,6 +5,7 @@ package server
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -26,6 +27,7 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
 	"github.com/index-apiserver/index-apiserver/pkg/upstream"
+	"github.com/index-apiserver/index-apiserver/pkg/watchlimit"
 )
 
 // Options are everything index-apiserver can be told on its command line.
@@ -43,6 +45,25 @@ type Options struct {
 	Policy *policy.Options
 	// ClusterProxy turns on the kube-apiserver-compatible path prefix.
 	ClusterProxy ClusterProxyOptions
+	// Concurrency is the request concurrency priority and fairness shares out.
+	Concurrency ConcurrencyOptions
+}
+
+// ConcurrencyOptions are kube-apiserver's limits of requests served at once;
+// with priority and fairness (on by default) their sum is the concurrency it
+// divides among the priority levels of kube-apiserver's
+// PriorityLevelConfigurations, per flow schema and flow.
+type ConcurrencyOptions struct {
+	MaxRequestsInFlight, MaxMutatingRequestsInFlight int
+}
+
+// AddFlags adds kube-apiserver's flags of the same names.
+func (c *ConcurrencyOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.IntVar(&c.MaxRequestsInFlight, "max-requests-inflight", c.MaxRequestsInFlight,
+		"Non-mutating requests served at once; with priority and fairness, added to --max-mutating-requests-inflight to make the server's total concurrency, "+
+			"shared out by priority level (requests beyond a level's share wait in its queues or get 429). Watches count only while they start.")
+	fs.IntVar(&c.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", c.MaxMutatingRequestsInFlight,
+		"Mutating requests served at once (the cluster proxy's passed-through writes); see --max-requests-inflight.")
 }
 
 // ClusterProxyOptions configure the cluster proxy (package clusterproxy).
@@ -65,6 +86,8 @@ type CacheOptions struct {
 	apiserver.CacheConfig
 	UpstreamQPS   float32
 	UpstreamBurst int
+	// MaxWatchesPerUser and MaxWatches bound open watches (package watchlimit).
+	MaxWatchesPerUser, MaxWatches int
 }
 
 // NewOptions returns the defaults.
@@ -78,6 +101,7 @@ func NewOptions() *Options {
 		Upstream:       genericoptions.NewCoreAPIOptions(),
 		Logs:           logs.NewOptions(),
 		Policy:         policy.NewOptions(),
+		Concurrency:    ConcurrencyOptions{MaxRequestsInFlight: 400, MaxMutatingRequestsInFlight: 200},
 		Cache: CacheOptions{
 			CacheConfig: apiserver.CacheConfig{
 				FreshnessTimeout:       indexcache.DefaultFreshnessTimeout,
@@ -90,8 +114,10 @@ func NewOptions() *Options {
 				BookmarkInterval:       indexcache.DefaultBookmarkInterval,
 				RevisionReadInterval:   upstream.DefaultRevisionReadInterval,
 			},
-			UpstreamQPS:   50,
-			UpstreamBurst: 100,
+			UpstreamQPS:       50,
+			UpstreamBurst:     100,
+			MaxWatchesPerUser: watchlimit.DefaultPerUser,
+			MaxWatches:        watchlimit.DefaultTotal,
 		},
 	}
 	// Many long-running watches share one HTTP/2 connection from the aggregator.
@@ -113,6 +139,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Cache.AddFlags(fss.FlagSet("index cache"))
 	o.Policy.AddFlags(fss.FlagSet("index policies"))
 	o.ClusterProxy.AddFlags(fss.FlagSet("cluster proxy"))
+	o.Concurrency.AddFlags(fss.FlagSet("priority and fairness"))
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 	return fss
 }
@@ -140,6 +167,10 @@ func (c *CacheOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.BookmarkInterval, "bookmark-interval", c.BookmarkInterval,
 		"How often watchers that allow bookmarks receive one.")
 	fs.Float32Var(&c.UpstreamQPS, "upstream-qps", c.UpstreamQPS, "QPS of list, watch and progress-probe requests to kube-apiserver (the current-revision reads of consistent reads are shared, see --consistent-read-revision-interval, and not limited here).")
+	fs.IntVar(&c.MaxWatchesPerUser, "max-watches-per-user", c.MaxWatchesPerUser,
+		"Most watches one user may have open on this server (cached and passed-through ones); more get 429 Too Many Requests with Retry-After. 0: no limit.")
+	fs.IntVar(&c.MaxWatches, "max-watches", c.MaxWatches,
+		"Most watches open on this server in all; more get 429 Too Many Requests with Retry-After. 0: no limit.")
 	fs.IntVar(&c.UpstreamBurst, "upstream-burst", c.UpstreamBurst, "Burst of the requests --upstream-qps limits.")
 }
 
@@ -165,6 +196,12 @@ func (o *Options) Validate() error {
 	}
 	if o.Cache.MaxUpstreamReads < 1 {
 		errs = append(errs, fmt.Errorf("--max-upstream-reads must be positive"))
+	}
+	if o.Concurrency.MaxRequestsInFlight < 1 || o.Concurrency.MaxMutatingRequestsInFlight < 1 {
+		errs = append(errs, fmt.Errorf("--max-requests-inflight and --max-mutating-requests-inflight must be positive"))
+	}
+	if o.Cache.MaxWatchesPerUser < 0 || o.Cache.MaxWatches < 0 {
+		errs = append(errs, fmt.Errorf("--max-watches and --max-watches-per-user must not be negative"))
 	}
 	if o.Cache.WatchBuffer < 1 {
 		errs = append(errs, fmt.Errorf("--watch-buffer must be positive"))
@@ -209,6 +246,8 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	}
 	cfg := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
 	cfg.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	cfg.MaxRequestsInFlight = o.Concurrency.MaxRequestsInFlight
+	cfg.MaxMutatingRequestsInFlight = o.Concurrency.MaxMutatingRequestsInFlight
 
 	namer := openapinamer.NewDefinitionNamer(apiserver.Scheme)
 	cfg.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
@@ -240,6 +279,13 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	}
 	if err := o.Features.ApplyTo(&cfg.Config, coreClient, cfg.SharedInformerFactory); err != nil {
 		return nil, err
+	}
+	// Open watches are bounded inside the generic chain: after
+	// authentication (the limit is per user) and priority and fairness.
+	watches := watchlimit.New(o.Cache.MaxWatchesPerUser, o.Cache.MaxWatches)
+	build := cfg.BuildHandlerChainFunc
+	cfg.BuildHandlerChainFunc = func(api http.Handler, c *genericapiserver.Config) http.Handler {
+		return build(watches.Wrap(api, c.Serializer), c)
 	}
 
 	// The mirrors are read over protobuf, as kube-apiserver's own clients do.

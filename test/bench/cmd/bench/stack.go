@@ -121,7 +121,9 @@ func startStack(ctx context.Context, root string, o options) (*stackInfo, func()
 		"LOCAL_DIR="+dir, "DEMO=0", "QUIET=1",
 		"ETCD_PORT="+strconv.Itoa(ports[0]), "ETCD_PEER_PORT="+strconv.Itoa(ports[1]),
 		"KUBE_APISERVER_PORT="+strconv.Itoa(ports[2]), "INDEX_APISERVER_PORT="+strconv.Itoa(ports[3]),
-		"INDEX_APISERVER_FLAGS="+o.indexFlags, "CLUSTER_PROXY="+clusterProxy)
+		// One user opens every watch of the load (up to tens of
+		// thousands): the per-user and total watch limits are off.
+		"INDEX_APISERVER_FLAGS=--max-watches-per-user=0 --max-watches=0 "+o.indexFlags, "CLUSTER_PROXY="+clusterProxy)
 	// The stack's PIDs, read once it is up: hack/local-down.sh skips a
 	// process whose /proc/PID/exe is not the recorded binary path, which is
 	// the case when _output/bin/kube-apiserver is a symlink (it left every
