@@ -32,8 +32,10 @@ type soakReplica struct {
 	name, kubeconfig string
 	port, direct     int
 	feed             string // the toxiproxy link to kube-apiserver
-	idleGoroutines   float64
-	loadedRSS        float64
+	// Goroutines before the clients came and after they left; RSS under
+	// the load before the first fault and after the soak.
+	idleGoroutines, endGoroutines float64
+	loadedRSS, endRSS             float64
 }
 
 func (r *soakReplica) url() string { return stack.IndexAPIServerURL(r.port) }
@@ -122,7 +124,7 @@ func TestSoak(t *testing.T) {
 		}
 		endpoints = append(endpoints, "127.0.0.1:"+strconv.Itoa(r.port))
 		directPorts = append(directPorts, r.direct)
-		r.idleGoroutines = scrapeAt(t, r.url())["go_goroutines"]
+		r.idleGoroutines = scrapeAt(t, r.url())["go_goroutines{}"]
 	}
 	svc, svcPort, err := newBalancer(endpoints)
 	if err != nil {
@@ -256,7 +258,7 @@ func TestSoak(t *testing.T) {
 	// Warm up, then the memory the replicas hold under the load.
 	time.Sleep(10 * time.Second)
 	for _, r := range replicas {
-		r.loadedRSS = scrapeAt(t, r.url())["process_resident_memory_bytes"]
+		r.loadedRSS = scrapeAt(t, r.url())["process_resident_memory_bytes{}"]
 	}
 
 	// The faults.
@@ -434,11 +436,15 @@ func TestSoak(t *testing.T) {
 	for _, r := range replicas {
 		eventually(t, 2*time.Minute, func() error {
 			m := scrapeAt(t, r.url())
-			if g := m["go_goroutines"]; g > r.idleGoroutines*1.1+20 {
-				return fmt.Errorf("%s: %v goroutines without clients, %v before they came", r.name, g, r.idleGoroutines)
+			r.endGoroutines, r.endRSS = m["go_goroutines{}"], m["process_resident_memory_bytes{}"]
+			if r.idleGoroutines == 0 || r.loadedRSS == 0 || r.endGoroutines == 0 || r.endRSS == 0 {
+				t.Fatalf("%s: go_goroutines or process_resident_memory_bytes missing from /metrics", r.name)
 			}
-			if rss := m["process_resident_memory_bytes"]; rss > r.loadedRSS*1.1 {
-				return fmt.Errorf("%s: RSS %.0f MB after the soak, %.0f MB under the load before the faults", r.name, rss/1e6, r.loadedRSS/1e6)
+			if r.endGoroutines > r.idleGoroutines*1.1+20 {
+				return fmt.Errorf("%s: %v goroutines without clients, %v before they came", r.name, r.endGoroutines, r.idleGoroutines)
+			}
+			if r.endRSS > r.loadedRSS*1.1 {
+				return fmt.Errorf("%s: RSS %.0f MB after the soak, %.0f MB under the load before the faults", r.name, r.endRSS/1e6, r.loadedRSS/1e6)
 			}
 			return nil
 		})
@@ -462,6 +468,10 @@ func TestSoak(t *testing.T) {
 	}
 	p50, mx := quantiles(all)
 	fmt.Fprintf(&b, "| all | %d | %v | %v |\n", len(all), p50, mx)
+	for _, r := range replicas {
+		fmt.Fprintf(&b, "%s: goroutines %.0f before the clients, %.0f after; RSS %.0f MB under the load before the faults, %.0f MB after the soak\n",
+			r.name, r.idleGoroutines, r.endGoroutines, r.loadedRSS/1e6, r.endRSS/1e6)
+	}
 	fmt.Fprintf(&b, "events and listed items checked %d, lost %d, duplicated %d, unexpected %d, lists not upstream's state %d\n",
 		total.Checked, total.Lost, total.Duplicated, total.Unexpected, total.WrongLists)
 	t.Log("\n" + b.String())
