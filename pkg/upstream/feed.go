@@ -110,11 +110,17 @@ func (f *Feed) Run(ctx context.Context) {
 			return w, err
 		},
 	}
-	r := cache.NewReflectorWithOptions(lw, f.res.ExpectedType, f.sink, cache.ReflectorOptions{
-		Name:            "upstream-" + f.res.Name,
-		TypeDescription: f.res.Name,
+	NewReflector(f.res.Name, lw, f.res.ExpectedType, f.sink).RunWithContext(ctx)
+}
+
+// NewReflector is the Reflector that keeps sink in step with what lw lists
+// and watches: how Run feeds a cache from kube-apiserver, and how the
+// storage conformance tests (test/storageconformance) feed one from etcd.
+func NewReflector(resource string, lw cache.ListerWatcher, expectedType runtime.Object, sink Sink) *cache.Reflector {
+	return cache.NewReflectorWithOptions(lw, expectedType, sink, cache.ReflectorOptions{
+		Name:            "upstream-" + resource,
+		TypeDescription: resource,
 	})
-	r.RunWithContext(ctx)
 }
 
 // CurrentResourceVersion asks upstream for its current resourceVersion with a
