@@ -2,11 +2,16 @@ package indexcache
 
 import (
 	"context"
+	"encoding/base64"
+	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/storage"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 )
 
 // TestContinueExpires: a continue token is served from its snapshot while
@@ -75,4 +80,59 @@ func TestNegativeLimitListsEverything(t *testing.T) {
 			t.Fatalf("rv %q: %d items, continue %q; want all 3 and no token", rv, len(res.Items), res.Continue)
 		}
 	}
+}
+
+// TestNamespaceListTokensAreKubeAPIServers: a namespace's list pages with
+// kube-apiserver's continue tokens, relative to the namespace's key prefix
+// ("b\x00", not "ns/b\x00"; the storage conformance suite's
+// TestLists/.../test_List_with_limit), and a token of that form continues
+// the list where it says.
+func TestNamespaceListTokensAreKubeAPIServers(t *testing.T) {
+	c := newTestCache(t)
+	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""), mkPod("ns", "b", "ub", 6, nil, "", ""), mkPod("ns", "c", "uc", 7, nil, "", ""), mkPod("other", "a", "uo", 8, nil, "", ""))
+	ctx := context.Background()
+	first, err := c.List(ctx, ListOptions{Namespace: "ns", ResourceVersion: "0", Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv := int64(first.ResourceVersion)
+	want, err := storage.EncodeContinue("/registry/pods/ns/b\x00", "/registry/pods/ns/", rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Continue != want {
+		t.Fatalf("token %q, want kube-apiserver's %q", decodeToken(first.Continue), decodeToken(want))
+	}
+	// A token that starts after a, as kube-apiserver writes it.
+	fromA, err := storage.EncodeContinue("/registry/pods/ns/a\x00", "/registry/pods/ns/", rv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := c.List(ctx, ListOptions{Namespace: "ns", Continue: fromA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, it := range next.Items {
+		names = append(names, it.(*indexing.Pod).Namespace+"/"+it.(*indexing.Pod).Name)
+	}
+	if strings.Join(names, ",") != "ns/b,ns/c" {
+		t.Fatalf("continued with %v, want ns/b,ns/c", names)
+	}
+	// Across namespaces the token carries namespace/name, as kube-apiserver's.
+	all, err := c.List(ctx, ListOptions{ResourceVersion: "0", Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := storage.EncodeContinue("/registry/pods/ns/a\x00", "/registry/pods/", rv); all.Continue != want {
+		t.Fatalf("token %q, want kube-apiserver's %q", decodeToken(all.Continue), decodeToken(want))
+	}
+}
+
+func decodeToken(tok string) string {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return tok
+	}
+	return string(b)
 }

@@ -24,7 +24,7 @@ func errTooOldRV(rv, oldest uint64) error {
 // errContinueExpired is etcd3's answer to a continue token whose revision was
 // compacted: 410 with a token (resourceVersion -1) that continues the list
 // from the same key at the latest state.
-func errContinueExpired(startKey string) error {
+func errContinueExpired(key, prefix string) error {
 	const continueExpired = "The provided continue parameter is too old to display a consistent list result. " +
 		"You can start a new list without the continue parameter."
 	const inconsistentContinue = "The provided continue parameter is too old to display a consistent list result. " +
@@ -32,7 +32,7 @@ func errContinueExpired(startKey string) error {
 		"retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - " +
 		"objects that were created, modified, or deleted between the time the first chunk was returned and now may " +
 		"show up in the list."
-	token, err := storage.EncodeContinue(continuePrefix+startKey, continuePrefix, -1)
+	token, err := storage.EncodeContinue(key, prefix, -1)
 	if err != nil {
 		return errors.NewResourceExpired(continueExpired)
 	}

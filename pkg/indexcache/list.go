@@ -14,9 +14,21 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 )
 
-// continuePrefix is the key prefix continue tokens are relative to: tokens
-// carry "namespace/name\x00" like kube-apiserver's carry the etcd key.
+// continuePrefix is the key prefix continue tokens of a list across
+// namespaces are relative to: they carry "namespace/name\x00", and those of
+// a namespace's list "name\x00", as kube-apiserver's carry the etcd key
+// relative to the list's key prefix (tokenPrefix).
 const continuePrefix = "/"
+
+// tokenPrefix is what a list's continue tokens are relative to: the
+// namespace's prefix for a list in one namespace, as kube-apiserver's key
+// prefix for the request is, so a page's token is kube-apiserver's.
+func (c *Cache) tokenPrefix(namespace string) string {
+	if c.cfg.Namespaced && namespace != "" {
+		return continuePrefix + namespace + "/"
+	}
+	return continuePrefix
+}
 
 // view is a consistent state to list from: a copy-on-write tree, and when
 // an index applied, the candidates it chose at the same resourceVersion.
@@ -42,10 +54,11 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		return nil, err
 	}
 	startKey := ""
+	prefix := c.tokenPrefix(opts.Namespace)
 	var v view
 	switch {
 	case opts.Continue != "":
-		key, rv, err := storage.DecodeContinue(opts.Continue, continuePrefix)
+		key, rv, err := storage.DecodeContinue(opts.Continue, prefix)
 		if err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
 		}
@@ -70,7 +83,7 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		}
 		if v, err = c.stateAt(uint64(rv), pred); err != nil {
 			if isExpired(err) {
-				return nil, errContinueExpired(startKey)
+				return nil, errContinueExpired(continuePrefix+startKey, prefix)
 			}
 			return nil, err
 		}
@@ -98,7 +111,7 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		}
 		v = c.live(pred, opts.Limit > 0)
 	}
-	return c.page(v, pred, startKey, opts.Limit), nil
+	return c.page(v, pred, prefix, startKey, opts.Limit), nil
 }
 
 func isExpired(err error) bool {
@@ -167,8 +180,8 @@ func (c *Cache) scan(tree *btree.BTreeG[*entry], pred *predicate, startKey strin
 }
 
 // page selects one page from a view, from the index candidates when there
-// are some, else by scanning.
-func (c *Cache) page(v view, pred *predicate, startKey string, limit int64) *ListResult {
+// are some, else by scanning; its continue token is relative to prefix.
+func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int64) *ListResult {
 	res := &ListResult{ResourceVersion: v.rv}
 	var matched []*entry
 	more := false
@@ -205,9 +218,10 @@ func (c *Cache) page(v view, pred *predicate, startKey string, limit int64) *Lis
 		return res
 	}
 	next := matched[len(matched)-1].key + "\x00"
-	token, err := storage.EncodeContinue(continuePrefix+next, continuePrefix, int64(v.rv))
+	token, err := storage.EncodeContinue(continuePrefix+next, prefix, int64(v.rv))
 	if err != nil {
-		// Keys always carry the prefix; nothing a client can cause.
+		// Keys of a namespace's list always carry its prefix; nothing a
+		// client can cause.
 		panic(err)
 	}
 	res.Continue = token
