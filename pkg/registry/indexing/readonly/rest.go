@@ -21,6 +21,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/sharding"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 )
@@ -129,7 +130,15 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 		wopts.SendInitialEvents = options.SendInitialEvents
 		wopts.AllowWatchBookmarks = options.AllowWatchBookmarks
 	}
-	return r.cache.Watch(ctx, wopts)
+	w, err := r.cache.Watch(ctx, wopts)
+	if err != nil {
+		return nil, err
+	}
+	// The watch is open and its initial events prepared: priority and
+	// fairness may free its seat, as it does when kube-apiserver's watch
+	// cache signals (otherwise the seat is held until the watch ends).
+	utilflowcontrol.WatchInitialized(ctx)
+	return w, nil
 }
 
 func (r *REST) namespace(ctx context.Context) string {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
@@ -136,5 +137,30 @@ func TestGetReturnsACopy(t *testing.T) {
 	}
 	if p := out.(*indexing.Pod); p.Namespace != "a" || p.Name != "p" {
 		t.Fatalf("got %+v", p.ObjectMeta)
+	}
+}
+
+// initSignal records whether priority and fairness was told the watch is
+// initialized.
+type initSignal struct{ signaled bool }
+
+func (s *initSignal) Signal() { s.signaled = true }
+func (s *initSignal) Wait()   {}
+
+// TestWatchSignalsInitialization: once the cache has opened a watch (its
+// initial events prepared), the storage tells priority and fairness, which
+// otherwise holds the watch's seat until the watch ends, as kube-apiserver's
+// watch cache and etcd3 store do (the storage conformance suite's
+// TestWatch/WatchInitializationSignal).
+func TestWatchSignalsInitialization(t *testing.T) {
+	sig := &initSignal{}
+	ctx := utilflowcontrol.WithInitializationSignal(genericapirequest.WithNamespace(context.Background(), "a"), sig)
+	w, err := newTestREST(&recordingCache{}).Watch(ctx, &metainternalversion.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if !sig.signaled {
+		t.Fatal("the watch did not signal its initialization")
 	}
 }
