@@ -57,6 +57,32 @@ func (c *Cache) sendBookmarks(rv, slice uint64) {
 	if len(ws) == 0 {
 		return
 	}
+	c.deliverBookmark(ws, rv)
+}
+
+// requestBookmarkFor asks the dispatcher to send w a bookmark (the one
+// before its deadline), in order with the events. It waits for room in the
+// queue: the last bookmark of a watch is worth it.
+func (c *Cache) requestBookmarkFor(w *watcher) {
+	select {
+	case c.queue <- dispatchItem{bookmark: true, bookmarkFor: w}:
+	case <-w.done:
+	case <-c.stopCh:
+	}
+}
+
+// sendBookmarkTo gives w a bookmark at rv, news or not, as kube-apiserver
+// sends the one before a deadline: the client then knows it has everything
+// up to rv. Never below what w was sent.
+func (c *Cache) sendBookmarkTo(w *watcher, rv uint64) {
+	if w.allowBookmarks && w.sentRV.Load() <= rv {
+		c.deliverBookmark([]*watcher{w}, rv)
+	}
+}
+
+// deliverBookmark sends one bookmark at rv to ws, skipping those whose
+// buffer is full.
+func (c *Cache) deliverBookmark(ws []*watcher, rv uint64) {
 	// One object for all: encoded once per encoder like any event.
 	bm := c.bookmarkEvent(rv, false)
 	bm.Object = newCachingObject(bm.Object)

@@ -22,8 +22,10 @@ type dispatchItem struct {
 	progress uint64
 	end      []*watcher
 	bookmark bool
-	// bookmarkSlice: the watchers whose slot falls in it get the bookmark.
+	// bookmarkSlice: the watchers whose slot falls in it get the bookmark;
+	// or only bookmarkFor, when set.
 	bookmarkSlice uint64
+	bookmarkFor   *watcher
 }
 
 // dispatcher is the dispatch goroutine's own state.
@@ -57,6 +59,8 @@ func (c *Cache) runDispatch() {
 			case it.ev != nil:
 				c.dispatchEvent(it.ev)
 				c.dispatch.rv = max(c.dispatch.rv, it.ev.rv)
+			case it.bookmarkFor != nil:
+				c.sendBookmarkTo(it.bookmarkFor, c.dispatch.rv)
 			case it.bookmark:
 				c.sendBookmarks(c.dispatch.rv, it.bookmarkSlice)
 			default:

@@ -86,6 +86,9 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		}
 		if ok {
 			w.stopWith(ctx)
+			if deadline, ok := ctx.Deadline(); ok && opts.AllowWatchBookmarks {
+				w.bookmarkBefore(deadline)
+			}
 			return w, nil
 		}
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // stopReason says why a watcher ended, for logs.
@@ -48,6 +50,8 @@ type watcher struct {
 	once   sync.Once
 	// unhookCtx forgets the context callback that stops the watcher.
 	unhookCtx atomic.Pointer[func() bool]
+	// deadlineTimer brings the bookmark before the watch's deadline.
+	deadlineTimer atomic.Pointer[clock.Timer]
 
 	// epoch is the last event that took this watcher as a candidate (the
 	// dispatcher's, during routing).
@@ -91,6 +95,9 @@ func (w *watcher) stop(why stopReason, sendHeld bool) {
 		close(w.done)
 		if unhook := w.unhookCtx.Load(); unhook != nil {
 			(*unhook)()
+		}
+		if t := w.deadlineTimer.Load(); t != nil {
+			(*t).Stop()
 		}
 		if why != stopCache {
 			c.mu.Lock()
@@ -157,6 +164,42 @@ func (w *watcher) start(initial []watch.Event, buffer int) {
 func (w *watcher) stopWith(ctx context.Context) {
 	unhook := context.AfterFunc(ctx, func() { w.stop(stopClient, false) })
 	w.unhookCtx.Store(&unhook)
+}
+
+// deadlineBookmarkLead is how long before a watch's deadline (the request's
+// timeout) it gets a bookmark, as from kube-apiserver's watch cache: the
+// client that resumes once the watch ends starts from a resourceVersion as
+// recent as possible, not from its last event's, which may be old enough
+// by then to be gone (client-go's Reflector relies on it; so does
+// pkg/upstream's progress probe, of kube-apiserver).
+const deadlineBookmarkLead = 2 * time.Second
+
+// bookmarkBefore has the watcher sent a bookmark deadlineBookmarkLead before
+// deadline, if that is still ahead (kube-apiserver skips it otherwise too).
+// A runtime timer, not a goroutine, waits for it when the clock can.
+func (w *watcher) bookmarkBefore(deadline time.Time) {
+	d := deadline.Add(-deadlineBookmarkLead).Sub(w.c.cfg.Clock.Now())
+	if d <= 0 {
+		return
+	}
+	fire := func() { w.c.requestBookmarkFor(w) }
+	var t clock.Timer
+	if dc, ok := w.c.cfg.Clock.(clock.WithDelayedExecution); ok {
+		t = dc.AfterFunc(d, fire)
+	} else {
+		t = w.c.cfg.Clock.NewTimer(d)
+		go func() {
+			select {
+			case <-t.C():
+				fire()
+			case <-w.done:
+			}
+		}()
+	}
+	w.deadlineTimer.Store(&t)
+	if w.stopped() { // stopped meanwhile: stop may have missed the timer
+		t.Stop()
+	}
 }
 
 // forward sends the initial events, then what the dispatcher queued.
