@@ -136,3 +136,18 @@ func decodeToken(tok string) string {
 	}
 	return string(b)
 }
+
+// TestUnknownResourceVersionMatchIsRefused: a list with a resourceVersionMatch
+// other than Exact and NotOlderThan is refused with 400, as kube-apiserver's
+// storage refuses it, whatever the resourceVersion (it was served as
+// NotOlderThan; the storage conformance suite's TestLists/.../match=Invalid).
+func TestUnknownResourceVersionMatchIsRefused(t *testing.T) {
+	c := newTestCache(t)
+	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""))
+	for _, rv := range []string{"0", "5", ""} {
+		_, err := c.List(context.Background(), ListOptions{Namespace: "ns", ResourceVersion: rv, ResourceVersionMatch: "Invalid"})
+		if !errors.IsBadRequest(err) || !strings.Contains(err.Error(), "unknown ResourceVersionMatch value: Invalid") {
+			t.Errorf("rv %q: %v, want 400 unknown ResourceVersionMatch", rv, err)
+		}
+	}
+}

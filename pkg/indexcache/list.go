@@ -50,6 +50,13 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 	if opts.Limit < 0 {
 		opts.Limit = 0 // kube-apiserver lists everything for a negative limit
 	}
+	switch opts.ResourceVersionMatch {
+	case "", metav1.ResourceVersionMatchExact, metav1.ResourceVersionMatchNotOlderThan:
+	default:
+		// kube-apiserver's storage refuses it (storage.ValidateListOptions),
+		// with a plain error; it is client input: 400.
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("unknown ResourceVersionMatch value: %v", opts.ResourceVersionMatch))
+	}
 	if err := c.checkReady(); err != nil {
 		return nil, err
 	}
