@@ -42,12 +42,19 @@ down: localstack
 ## test: unit tests, then e2e tests against a real local control plane
 test: binaries build clients
 	$(MAKE) test-unit
+	$(MAKE) test-storage
 	$(MAKE) test-monitoring
 	$(MAKE) test-fuzz
 	$(MAKE) test-e2e
 
 test-unit:
 	go test $(GO_TEST_FLAGS) ./pkg/... ./cmd/... ./test/artifacts/... ./test/bench/...
+
+## test-storage: kube-apiserver's own storage test suite (k8s.io/apiserver/pkg/storage/testing), the
+##               read and watch tests its watch cache passes, against the index cache; etcd from
+##               _output/bin (test/storageconformance; results in docs/reliability.md)
+test-storage: binaries
+	go test $(GO_TEST_FLAGS) -count=1 ./test/storageconformance/...
 
 ## test-monitoring: promtool check rules / test rules on artifacts/monitoring, the dashboard's
 ##                  queries parsed, the kustomize component rendered (test/monitoring). The e2e
