@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -333,4 +334,48 @@ func TestFloodOfListsIsThrottled(t *testing.T) {
 	flood("through the aggregator", user("e2e-flooder", ""), user("e2e-bystander", ""))
 	t.Logf("through the aggregator, global-default rejected %v at index-apiserver and %v at kube-apiserver",
 		rejected(base)-before, rejected(stack.KubeAPIServerURL())-beforeKube)
+}
+
+// TestPriorityAndFairnessReadsFlowSchemas: index-apiserver classifies
+// requests with kube-apiserver's FlowSchemas, including one created now: a
+// user's LIST at the replica is dispatched under the new schema and its
+// priority level (apiserver_flowcontrol_dispatched_requests_total).
+func TestPriorityAndFairnessReadsFlowSchemas(t *testing.T) {
+	ctx := context.Background()
+	admin := newClients(t, adminConfig)
+	const user, schema = "e2e-classified", "e2e-classified"
+	grantPodReaders(t, ctx, admin, "e2e-classified-reader", user)
+	fs := &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: schema},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: "workload-low"},
+			MatchingPrecedence:         500,
+			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: user}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{
+					Verbs: []string{"list"}, APIGroups: []string{"indexing.k8s.io"}, Resources: []string{"pods"}, ClusterScope: true, Namespaces: []string{"*"},
+				}},
+			}},
+		},
+	}
+	if _, err := admin.kube.FlowcontrolV1().FlowSchemas().Create(ctx, fs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.kube.FlowcontrolV1().FlowSchemas().Delete(context.Background(), schema, metav1.DeleteOptions{})
+	})
+	cfg := userConfig(t, user)
+	cfg.Host = indexAPIServerURL
+	reader := newClients(t, cfg)
+	series := `apiserver_flowcontrol_dispatched_requests_total{flow_schema="` + schema + `",priority_level="workload-low"}`
+	eventually(t, time.Minute, func() error {
+		if code, body := reader.get(ctx, "/apis/indexing.k8s.io/v1alpha1/pods?limit=1"); code != http.StatusOK {
+			return fmt.Errorf("list: %d %s", code, body)
+		}
+		if n := scrapeAt(t, indexAPIServerURL)[series]; n < 1 {
+			return fmt.Errorf("%s = %v", series, n)
+		}
+		return nil
+	})
 }
