@@ -93,7 +93,11 @@ type Cache struct {
 	// rvChanged is closed and replaced when rv advances.
 	rvChanged chan struct{}
 	synced    bool
-	stopped   bool
+	// oldHistoryRV is the highest resourceVersion served before upstream
+	// went back (a relist older than the cache): the ones above rv up to
+	// it are from a history upstream no longer has.
+	oldHistoryRV uint64
+	stopped      bool
 	// generation counts relists: work prepared outside mu is redone if a
 	// relist swapped the state meanwhile.
 	generation uint64

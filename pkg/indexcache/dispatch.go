@@ -21,6 +21,9 @@ type dispatchItem struct {
 	ev       *storeEvent
 	progress uint64
 	end      []*watcher
+	// relist: progress is the relist's resourceVersion, which may be below
+	// the last one dispatched (upstream went back).
+	relist   bool
 	bookmark bool
 	// bookmarkSlice: the watchers whose slot falls in it get the bookmark;
 	// or only bookmarkFor, when set.
@@ -65,7 +68,11 @@ func (c *Cache) runDispatch() {
 				c.sendBookmarks(c.dispatch.rv, it.bookmarkSlice)
 			default:
 				c.endWatchers(it.end)
-				c.dispatch.rv = max(c.dispatch.rv, it.progress)
+				if it.relist {
+					c.dispatch.rv = it.progress
+				} else {
+					c.dispatch.rv = max(c.dispatch.rv, it.progress)
+				}
 			}
 		}
 	}

@@ -121,3 +121,22 @@ func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool, slot
 		}
 	}
 }
+
+// fromOldHistoryLocked tells whether rv, newer than the cache, was handed
+// out before upstream went back: the state it names is gone, so a watch,
+// continue token or Exact read from it is 410 (the client relists) rather
+// than a resourceVersion to wait for. The caller holds mu.
+func (c *Cache) fromOldHistoryLocked(rv uint64) bool {
+	return rv > c.rv && rv <= c.oldHistoryRV
+}
+
+// checkNotOldHistory fails with 410 for a resourceVersion of the history
+// upstream went back from.
+func (c *Cache) checkNotOldHistory(rv uint64) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.fromOldHistoryLocked(rv) {
+		return errTooOldRV(rv, c.window.startRV)
+	}
+	return nil
+}

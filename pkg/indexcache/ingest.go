@@ -272,7 +272,7 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 	synced, cur, defs := c.synced, c.rv, c.indexes
 	old := c.cloneTree()
 	c.mu.RUnlock()
-	if synced && listRV <= cur && sameState(old, tree) {
+	if synced && listRV == cur && sameState(old, tree) {
 		klog.V(2).InfoS("Index cache relisted: nothing changed", "resource", c.resource, "resourceVersion", listRV)
 		return nil
 	}
@@ -280,15 +280,24 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 	tree.Ascend(func(e *entry) bool { indexes.update(nil, e); return true })
 
 	c.mu.Lock()
-	if synced && listRV < cur {
-		// Upstream went back (etcd restored from a backup): resourceVersions
-		// never go back here, so the new state is served at ours.
-		klog.InfoS("Relist is older than the cache; serving it at the cache's resourceVersion", "resource", c.resource, "list", listRV, "cache", cur)
+	rv := listRV
+	wentBack := synced && listRV < cur
+	if wentBack {
+		// Upstream went back (etcd restored from a backup without
+		// --bump-revision). Follow it, as kube-apiserver's watch cache
+		// does: the events after listRV will come again, and served at
+		// our old resourceVersion they would be dropped as stale or filed
+		// below it. What a client holds from the old history up to cur is
+		// no resume point now: 410 (see fromOldHistoryLocked).
+		klog.InfoS("Upstream went back: the relist is older than the cache; following it", "resource", c.resource, "list", listRV, "cache", cur)
+		c.oldHistoryRV = max(c.oldHistoryRV, cur)
+		c.rv = listRV
+		c.m.rv.Set(float64(listRV))
+	} else {
+		c.setRVLocked(rv)
 	}
-	rv := max(listRV, cur)
 	c.tree, c.indexes = tree, indexes
 	c.window.reset(rv)
-	c.setRVLocked(rv)
 	c.synced = true
 	c.generation++
 	// The watchers open now end once they have had the events queued
@@ -298,8 +307,12 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 	c.mu.Unlock()
 	// The state at rv itself may have changed (a relist at the cache's
 	// resourceVersion): a snapshot taken there before is not it any more.
-	c.dropSnapshotsBefore(rv + 1)
-	c.enqueue(dispatchItem{progress: rv, end: ended})
+	if wentBack {
+		c.dropSnapshotsBefore(cur + 1)
+	} else {
+		c.dropSnapshotsBefore(rv + 1)
+	}
+	c.enqueue(dispatchItem{progress: rv, end: ended, relist: true})
 
 	c.m.objects.Set(float64(n))
 	c.m.setIndexValues(stats)

@@ -302,3 +302,44 @@ func TestWatchStartsWhileTheWindowTurnsOver(t *testing.T) {
 		w.Stop()
 	}
 }
+
+// TestRelistAtALowerResourceVersion (issue 24, suspected): upstream went
+// back (etcd restored from a backup without --bump-revision) and the
+// Reflector relists at 9 while the cache is at 12. The cache follows
+// upstream down, as kube-apiserver's watch cache does (its resourceVersion
+// is the list's): open watches end, a client at 12 resuming gets 410 and
+// relists (kube-apiserver's answer), and the events after 9 - which the
+// cache used to drop as stale or file below its resourceVersion - are
+// served in order.
+func TestRelistAtALowerResourceVersion(t *testing.T) {
+	c := newTestCache(t)
+	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""), mkPod("ns", "b", "ub", 6, nil, "", ""))
+	in := c.Ingest()
+	if err := in.Update(mkPod("ns", "a", "ua", 12, nil, "n1", "")); err != nil {
+		t.Fatal(err)
+	}
+	w := mustWatch(t, c, WatchOptions{ResourceVersion: "12"})
+	if err := in.Replace([]interface{}{mkPod("ns", "a", "ua", 5, nil, "", ""), mkPod("ns", "c", "uc", 8, nil, "", "")}, "9"); err != nil {
+		t.Fatal(err)
+	}
+	readUntilClosed(t, w, "a watch open across the relist")
+	expectWatchExpired(t, c, 12, "a client at 12 resuming after upstream went back to 9")
+	ctx := context.Background()
+	if res, err := c.List(ctx, ListOptions{ResourceVersion: "0"}); err != nil || listKeys(res) != "rv=9 [ns/a@5 ns/c@8]" {
+		t.Fatalf("a list after the relist: %s, want rv=9 [ns/a@5 ns/c@8]", fmtList(res, err))
+	}
+	from9 := mustWatch(t, c, WatchOptions{ResourceVersion: "9", AllowWatchBookmarks: true})
+	bookmarkNow(c) // nothing to say to it: no bookmark from the old history (12)
+	if err := in.Update(mkPod("ns", "c", "uc", 10, nil, "n2", "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Add(mkPod("ns", "d", "ud", 11, nil, "", "")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readUntil(t, from9, "ADDED ns/d@11"); fmt.Sprint(got) != "[MODIFIED ns/c@10 ADDED ns/d@11]" {
+		t.Fatalf("a watch from 9: %v, want [MODIFIED ns/c@10 ADDED ns/d@11]", got)
+	}
+	if res, err := c.List(ctx, ListOptions{ResourceVersion: "0"}); err != nil || listKeys(res) != "rv=11 [ns/a@5 ns/c@10 ns/d@11]" {
+		t.Fatalf("the state at 11: %s", fmtList(res, err))
+	}
+}

@@ -84,6 +84,9 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 			v = c.live(pred, opts.Limit > 0)
 			break
 		}
+		if c.checkNotOldHistory(uint64(rv)) != nil {
+			return nil, errContinueExpired(continuePrefix+startKey, prefix)
+		}
 		// A token from a replica that is ahead: wait to reach its state.
 		if err := c.waitFor(ctx, uint64(rv)); err != nil {
 			return nil, err
@@ -104,6 +107,9 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		}
 		rv, err := parseRV(opts.ResourceVersion)
 		if err != nil {
+			return nil, err
+		}
+		if err := c.checkNotOldHistory(rv); err != nil {
 			return nil, err
 		}
 		if err := c.waitFor(ctx, rv); err != nil {

@@ -123,6 +123,10 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64,
 			v.tree = c.cloneTree()
 		}
 	case fromRV == 0:
+	case fromRV > at && c.fromOldHistoryLocked(fromRV):
+		oldest := c.window.startRV
+		unlock()
+		return false, errTooOldRV(fromRV, oldest)
 	case fromRV >= at: // nothing to replay (an N from the future opens at once)
 	default:
 		var ok bool
