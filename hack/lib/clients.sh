@@ -4,6 +4,13 @@
 #
 #   clients.sh fabric8 VERSION   test/clients/fabric8 against io.fabric8:kubernetes-client VERSION
 #                                (Maven Central, local repository _output/m2); prints its classpath
+#   clients.sh client-java       test/clients/client-java against io.kubernetes:client-java
+#                                CLIENT_JAVA_VERSION (27.0.0); prints its classpath
+#   clients.sh kube-state-metrics  k8s.io/kube-state-metrics/v2 at KSM_VERSION (v2.20.0), unmodified,
+#                                built from the Go module proxy into _output/bin; prints its path
+#   clients.sh python            hack/lib/python-client.sh: the official `kubernetes` client from
+#                                PyPI (test/clients/python/requirements.txt) in a venv under
+#                                _output/python; prints its python
 #
 # A second run with the same inputs prints the cached answer without starting Maven.
 set -euo pipefail
@@ -17,23 +24,53 @@ stamp() {
   cat "$@" | sha256sum | cut -d' ' -f1
 }
 
-fabric8() {
-  local version=$1 src=$ROOT/test/clients/fabric8 dir=$OUT/clients/fabric8-$1
+# maven_module MODULE PROPERTY VERSION: builds test/clients/MODULE with -DPROPERTY=VERSION into
+# _output/clients/MODULE-VERSION (Maven Central, local repository _output/m2) and prints the
+# classpath (its classes, then the jars).
+maven_module() {
+  local module=$1 property=$2 version=$3
+  local src=$ROOT/test/clients/$module dir=$OUT/clients/$module-$version
   local key
   key=$(stamp "$src/pom.xml" $(find "$src/src" -type f | sort) <(echo "$version"))
   if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$key" ] || [ ! -s "$dir/classpath" ]; then
-    echo ">> building test/clients/fabric8 with io.fabric8:kubernetes-client $version (Maven Central, cached in _output/m2)" >&2
+    echo ">> building test/clients/$module with $property $version (Maven Central, cached in _output/m2)" >&2
     mvn -B -q -Dstyle.color=never -f "$src/pom.xml" -Dmaven.repo.local="$M2" \
-      -Dfabric8.version="$version" -Dbuild.dir="$dir" compile >&2
+      -D"$property=$version" -Dbuild.dir="$dir" compile >&2
     echo "$key" >"$dir/.stamp"
   fi
   echo "$dir/classes:$(cat "$dir/classpath")"
 }
 
+# kube_state_metrics builds like test-binaries.sh builds etcd: a throwaway module that requires the
+# release, then go build of its main package. The version is the cache key.
+kube_state_metrics() {
+  local version=${KSM_VERSION:-v2.20.0} bin=$OUT/bin/kube-state-metrics
+  if [ ! -x "$bin" ] || [ "$(cat "$bin.version" 2>/dev/null)" != "$version" ]; then
+    echo ">> building kube-state-metrics $version from the Go module proxy (once)" >&2
+    local dir=$OUT/build/kube-state-metrics
+    rm -rf "$dir" && mkdir -p "$dir" "$OUT/bin"
+    (
+      cd "$dir"
+      printf 'module local/ksmbuild\n\ngo 1.25\n' >go.mod
+      printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kube-state-metrics/v2"\n' >tools.go
+      go get "k8s.io/kube-state-metrics/v2@$version" >/dev/null 2>&1
+      go mod tidy >/dev/null 2>&1
+      go build -o "$bin.tmp" k8s.io/kube-state-metrics/v2
+    )
+    mv "$bin.tmp" "$bin"
+    echo "$version" >"$bin.version"
+  fi
+  echo "$bin"
+}
+
+
 case "${1:-}" in
-fabric8) fabric8 "$2" ;;
+fabric8) maven_module fabric8 fabric8.version "$2" ;;
+client-java) maven_module client-java client-java.version "${CLIENT_JAVA_VERSION:-27.0.0}" ;;
+kube-state-metrics) kube_state_metrics ;;
+python) exec "$ROOT/hack/lib/python-client.sh" ;;
 *)
-  echo "usage: $0 fabric8 VERSION" >&2
+  echo "usage: $0 fabric8 VERSION | client-java | kube-state-metrics | python" >&2
   exit 2
   ;;
 esac
