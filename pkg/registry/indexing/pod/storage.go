@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/coretable"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/readonly"
 )
 
@@ -16,6 +17,6 @@ func NewREST(cache readonly.Cache) *readonly.REST {
 		Namespaced:     true,
 		NewFunc:        func() runtime.Object { return &indexing.Pod{} },
 		NewListFunc:    func() runtime.Object { return &indexing.PodList{} },
-		TableConvertor: tableConvertor{},
+		TableConvertor: coretable.Pods,
 	}, cache)
 }
