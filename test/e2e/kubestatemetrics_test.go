@@ -119,8 +119,9 @@ func diffLines(want, got []string) string {
 
 // TestKubeStateMetrics runs kube-state-metrics v2.20.0, built unmodified
 // from the Go module proxy, as two shards (--shard, --total-shards=2,
-// --resources=pods,nodes) pointed at the cluster proxy directly and two at
-// kube-apiserver, with a ServiceAccount's token in a kubeconfig. After nodes
+// --resources=pods,nodes) pointed at kube-apiserver and two at each entry
+// point of the cluster proxy (directly and through the aggregator), with a
+// ServiceAccount's token in a kubeconfig. After nodes
 // and pods are created, changed and deleted, every shard's kube_pod_* and
 // kube_node_* series settle equal to those of the same shard at
 // kube-apiserver.
@@ -145,12 +146,19 @@ func TestKubeStateMetrics(t *testing.T) {
 		}
 	}
 
-	type shard struct{ kube, prefix string }
+	// The twins of a kube-apiserver shard, one at each entry point of the prefix.
+	type shard struct {
+		kube   string
+		prefix map[string]string
+	}
 	var shards []shard
 	for i := range ksmShards {
 		shards = append(shards, shard{
-			kube:   startKubeStateMetrics(t, bin, fmt.Sprintf("kube-state-metrics-kube-apiserver-%d", i), creds.Kubeconfigs["kube-apiserver"], i),
-			prefix: startKubeStateMetrics(t, bin, fmt.Sprintf("kube-state-metrics-direct-%d", i), creds.Kubeconfigs["direct"], i),
+			kube: startKubeStateMetrics(t, bin, fmt.Sprintf("kube-state-metrics-kube-apiserver-%d", i), creds.Kubeconfigs["kube-apiserver"], i),
+			prefix: map[string]string{
+				"direct":     startKubeStateMetrics(t, bin, fmt.Sprintf("kube-state-metrics-direct-%d", i), creds.Kubeconfigs["direct"], i),
+				"aggregator": startKubeStateMetrics(t, bin, fmt.Sprintf("kube-state-metrics-aggregator-%d", i), creds.Kubeconfigs["aggregator"], i),
+			},
 		})
 	}
 
@@ -205,12 +213,14 @@ func TestKubeStateMetrics(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			got, err := scrapeSeries(s.prefix)
-			if err != nil {
-				return err
-			}
-			if d := diffLines(want, got); d != "" {
-				return fmt.Errorf("shard %d differs:%s", i, d)
+			for entry, url := range s.prefix {
+				got, err := scrapeSeries(url)
+				if err != nil {
+					return err
+				}
+				if d := diffLines(want, got); d != "" {
+					return fmt.Errorf("shard %d %s differs:%s", i, entry, d)
+				}
 			}
 			all = append(all, want...)
 		}
@@ -243,7 +253,8 @@ func TestKubeStateMetrics(t *testing.T) {
 
 	// The shards at the prefix read pods and nodes from index-apiserver's
 	// cache: kube-apiserver never saw a pod or node read passed through as
-	// kube-state-metrics (it saw those of the shards pointed at it).
+	// kube-state-metrics (it saw those of the shards pointed at it, and the
+	// aggregator's proxied ones as the caller, not impersonated).
 	user := "system:serviceaccount:" + ns + ":kube-state-metrics"
 	own := 0
 	for _, ev := range readAudit(t) {
