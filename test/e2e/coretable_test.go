@@ -206,6 +206,69 @@ func TestCoreTablesAsKube(t *testing.T) {
 			})
 		}
 	}
+
+	// A watch in Table form: column definitions on the first event only,
+	// as kube-apiserver sends them, and the rows of its list.
+	watchPath := "/api/v1/namespaces/" + ns + "/pods?watch=1&labelSelector=" + selector
+	listPath := "/api/v1/namespaces/" + ns + "/pods?labelSelector=" + selector
+	kubeWatch := watchTable(t, kube, adminConfig.Host+watchPath, len(pods))
+	for _, e := range proxyEntries() {
+		t.Run(e.name+"/watch", func(t *testing.T) {
+			before := getTable(t, kube, adminConfig.Host+listPath)
+			got := watchTable(t, tableClient(t, at(adminConfig, e.host)), e.host+watchPath, len(pods))
+			after := getTable(t, kube, adminConfig.Host+listPath)
+			if !reflect.DeepEqual(got.headers, kubeWatch.headers) {
+				t.Errorf("events with column definitions: %v, kube-apiserver's watch %v", got.headers, kubeWatch.headers)
+			}
+			compareTables(t, before, after, got.table)
+		})
+	}
+}
+
+type tableWatch struct {
+	table   *metav1.Table // the rows of all events, the first event's columns
+	headers []bool        // whether each event had column definitions
+}
+
+// watchTable reads n events of a Table watch.
+func watchTable(t *testing.T, hc *http.Client, url string, n int) tableWatch {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", tableAccept)
+	res, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(res.Body)
+		t.Fatalf("watch %s: %d %s", url, res.StatusCode, body)
+	}
+	out := tableWatch{table: &metav1.Table{}}
+	dec := json.NewDecoder(res.Body)
+	for i := 0; i < n; i++ {
+		var ev struct {
+			Type   string       `json:"type"`
+			Object metav1.Table `json:"object"`
+		}
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatalf("watch %s: event %d: %v", url, i, err)
+		}
+		if ev.Type != "ADDED" || ev.Object.Kind != "Table" {
+			t.Fatalf("watch %s: event %d: %s %s", url, i, ev.Type, ev.Object.Kind)
+		}
+		out.headers = append(out.headers, len(ev.Object.ColumnDefinitions) > 0)
+		if i == 0 {
+			out.table.ColumnDefinitions = ev.Object.ColumnDefinitions
+		}
+		out.table.Rows = append(out.table.Rows, ev.Object.Rows...)
+	}
+	return out
 }
 
 func tableClient(t *testing.T, cfg *rest.Config) *http.Client {
