@@ -50,6 +50,8 @@ test: binaries build clients
 	$(MAKE) test-storage
 	$(MAKE) test-monitoring
 	$(MAKE) test-fuzz
+	$(MAKE) test-chart
+	$(MAKE) test-image
 	$(MAKE) test-e2e
 
 test-unit:
@@ -99,6 +101,34 @@ soak: binaries build
 BENCH_FLAGS ?=
 bench: binaries build
 	go run ./test/bench/cmd/bench $(BENCH_FLAGS)
+
+# --- Helm chart and container image (charts/index-apiserver, hack/image; docs/deploy.md) ---
+
+.PHONY: helm test-chart image test-image
+
+## helm: build helm from the Go module proxy into _output/bin (once, cached; hack/lib/helm.sh)
+helm:
+	hack/lib/helm.sh
+
+## test-chart: helm lint, the chart compared with kustomize's rendering of artifacts/ for every
+##             combination of its switches, a server-side dry run of each, and a helm install into
+##             a local control plane serving a real index-apiserver (test/helm)
+test-chart: helm binaries build
+	HELM=$(abspath $(BIN)/helm) go test $(GO_TEST_FLAGS) -count=1 -timeout 20m ./test/helm/...
+
+## image: the container image as an OCI image layout in _output/image (no Docker daemon; hack/image):
+##        static binary, CA certificates, nonroot user 65532, no shell; reproducible (same commit,
+##        same digest). IMAGE_TAG names it in the layout; IMAGE_PLATFORMS=linux/amd64,linux/arm64
+##        writes an image index. Push it: docs/deploy.md.
+IMAGE_TAG ?= dev
+IMAGE_PLATFORMS ?= linux/amd64
+image:
+	go run ./hack/image -out _output/image -tag $(IMAGE_TAG) -platforms $(IMAGE_PLATFORMS)
+
+## test-image: builds the image twice (same digest), unpacks it, runs --help from it and starts it
+##             against a local control plane (test/image)
+test-image: binaries
+	go test $(GO_TEST_FLAGS) -count=1 -timeout 20m ./test/image/...
 
 ## verify: formatting, vet and generated code are clean
 verify:

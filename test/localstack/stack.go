@@ -86,6 +86,10 @@ type Config struct {
 	SkipCRD bool
 	// SkipExamples does not apply artifacts/examples/*.yaml.
 	SkipExamples bool
+	// ControlPlaneOnly brings up etcd and kube-apiserver and nothing else:
+	// no namespace, RBAC, CRD, Service, APIService or index-apiserver, for a
+	// test that installs them itself (test/helm installs the chart).
+	ControlPlaneOnly bool
 	// DemoData loads demo nodes and pods (see LoadDemoData).
 	DemoData bool
 	// ClusterProxy starts index-apiserver with --enable-cluster-proxy,
@@ -308,7 +312,7 @@ func (s *Stack) up(ctx context.Context) error {
 			return fmt.Errorf("%w (build it with hack/lib/test-binaries.sh or `make binaries`)", err)
 		}
 	}
-	if !s.SkipIndexAPIServer {
+	if !s.SkipIndexAPIServer && !s.ControlPlaneOnly {
 		if _, err := os.Stat(s.IndexAPIServerBinary); err != nil {
 			return fmt.Errorf("%w (build it with `make build`)", err)
 		}
@@ -355,6 +359,11 @@ func (s *Stack) up(ctx context.Context) error {
 		return err
 	}
 	s.step("kube-apiserver ready", t)
+
+	if s.ControlPlaneOnly {
+		s.step("total", begin)
+		return nil
+	}
 
 	t = time.Now()
 	if err := s.applyBase(ctx); err != nil {

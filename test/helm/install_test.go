@@ -1,0 +1,337 @@
+package helm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/index-apiserver/index-apiserver/test/localstack"
+)
+
+var (
+	apiServiceGVR  = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+	indexPolicyGVR = schema.GroupVersionResource{Group: "config.indexing.k8s.io", Version: "v1alpha1", Resource: "indexpolicies"}
+	indexedPodsGVR = schema.GroupVersionResource{Group: "indexing.k8s.io", Version: "v1alpha1", Resource: "pods"}
+)
+
+// startControlPlane runs etcd and kube-apiserver only (nothing of
+// index-apiserver's is installed), stopped when the test ends.
+func startControlPlane(t *testing.T) *localstack.Stack {
+	t.Helper()
+	base := filepath.Join(root, "_output", "e2e")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(base, "helm-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := localstack.Up(ctx, localstack.Config{
+		RepoRoot:         root,
+		Dir:              dir,
+		ControlPlaneOnly: true,
+		DieWithParent:    true,
+		Timeout:          90 * time.Second,
+		Logf:             t.Logf,
+	})
+	if s != nil {
+		t.Cleanup(func() {
+			if err := s.Stop(); err != nil {
+				t.Errorf("stopping the stack: %v", err)
+			}
+			if !t.Failed() {
+				_ = os.RemoveAll(dir)
+			} else {
+				t.Logf("logs of the stack are in %s/logs", dir)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("starting etcd and kube-apiserver: %v (`make binaries` builds them)", err)
+	}
+	return s
+}
+
+// createNamespace creates the namespace the way docs/deploy.md does: with
+// the Pod Security labels of artifacts/namespace.yaml.
+func createNamespace(t *testing.T, s *localstack.Stack) {
+	t.Helper()
+	ns := readFile(t, "namespace.yaml")["Namespace//"+namespace]
+	if ns == nil {
+		t.Fatal("artifacts/namespace.yaml has no Namespace " + namespace)
+	}
+	_, err := s.Admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: ns.GetLabels()},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applyFiles server-side applies manifests (files or directories) as admin.
+func applyFiles(t *testing.T, s *localstack.Stack, paths ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := s.ApplyFiles(ctx, paths...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDryRunServer: what the chart renders for the defaults and every
+// combination of the switches is accepted by a real kube-apiserver
+// (kubectl apply --dry-run=server: schema, defaulting, admission including
+// the namespace's restricted Pod Security), with no warning.
+func TestDryRunServer(t *testing.T) {
+	helmBinary(t)
+	s := startControlPlane(t)
+	createNamespace(t, s)
+	// The dry run creates nothing, so the kinds the objects use must exist:
+	// the IndexPolicy CRD, and stand-ins for cert-manager's and the
+	// Prometheus operator's CRDs (testdata/crds: their groups, kinds and
+	// scopes, no schema).
+	applyFiles(t, s, filepath.Join(artifacts, "crd"), filepath.Join("testdata", "crds"))
+	kubectl := filepath.Join(root, "_output", "bin", "kubectl")
+	cases := append([]switches{defaults}, allSwitches()...)
+	for _, sw := range cases {
+		manifest := helmTemplate(t, sw.helmArgs()...)
+		want := decode(t, manifest)
+		cmd := exec.Command(kubectl, "--kubeconfig", s.AdminKubeconfig(), "apply", "--dry-run=server", "-f", "-", "-o", "name")
+		cmd.Stdin = strings.NewReader(string(manifest))
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: kubectl apply --dry-run=server: %v\n%s%s", sw, err, out, stderr.String())
+		}
+		if n := strings.Count(string(out), "\n"); n != len(want) {
+			t.Errorf("%s: the dry run applied %d objects, the chart renders %d:\n%s", sw, n, len(want), out)
+		}
+		if strings.TrimSpace(stderr.String()) != "" {
+			t.Errorf("%s: the dry run warned:\n%s", sw, stderr.String())
+		}
+	}
+}
+
+// TestInstall: `helm install` into a running control plane, with the
+// Deployment scaled to zero, creates the CRD, RBAC, certificate and
+// APIService; a real index-apiserver process then runs with exactly what the
+// chart made: the chart's certificate (the aggregator verifies it against
+// the chart's caBundle), a token of the chart's ServiceAccount (so only the
+// chart's RBAC lets it watch, authenticate, authorize and lead). The
+// APIService becomes Available, pods are listed through the aggregator, the
+// leader writes the chart's example IndexPolicies' status, and a user granted
+// only the chart's index-apiserver-view reads the mirrors. helm uninstall
+// removes it again.
+func TestInstall(t *testing.T) {
+	helm := helmBinary(t)
+	s := startControlPlane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	createNamespace(t, s)
+	kc := s.AdminKubeconfig()
+	run(t, nil, helm, "install", release, chartDir, "--kubeconfig", kc, "--namespace", namespace, "--set", "replicas=0")
+
+	d, err := s.Admin.AppsV1().Deployments(namespace).Get(ctx, "index-apiserver", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 0 {
+		t.Fatalf("Deployment replicas %v, want 0", d.Spec.Replicas)
+	}
+
+	// The chart's certificate and ServiceAccount, for the process.
+	dir := t.TempDir()
+	secret, err := s.Admin.CoreV1().Secrets(namespace).Get(ctx, "index-apiserver-serving", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"tls.crt", "tls.key"} {
+		if err := os.WriteFile(filepath.Join(dir, k), secret.Data[k], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := s.Admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, "index-apiserver", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a token for the chart's ServiceAccount: %v", err)
+	}
+	saKubeconfig := filepath.Join(dir, "kubeconfig")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: s.KubeAPIServerURL(), CertificateAuthority: s.Certs.Path(localstack.CertClusterCA, "crt")}
+	cfg.AuthInfos["index-apiserver"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "index-apiserver"}
+	cfg.CurrentContext = "local"
+	if err := clientcmd.WriteToFile(*cfg, saKubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	// Loopback has no Service network: the aggregator reaches the process
+	// through the chart's Service made an ExternalName for localhost, on the
+	// process's port. The APIService's caBundle, group and versions stay
+	// the chart's.
+	port, err := localstack.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := func(res schema.GroupVersionResource, ns, name, p string) {
+		t.Helper()
+		if _, err := s.Dynamic.Resource(res).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
+			t.Fatalf("patching %s %s: %v", res.Resource, name, err)
+		}
+	}
+	patch(schema.GroupVersionResource{Version: "v1", Resource: "services"}, namespace, "index-apiserver",
+		`{"spec":{"type":"ExternalName","externalName":"localhost","clusterIP":null,"clusterIPs":null,"ipFamilies":null,"ipFamilyPolicy":null}}`)
+	patch(apiServiceGVR, "", "v1alpha1.indexing.k8s.io", fmt.Sprintf(`{"spec":{"service":{"port":%d}}}`, port))
+
+	startServer(t, s, port,
+		"--tls-cert-file="+filepath.Join(dir, "tls.crt"),
+		"--tls-private-key-file="+filepath.Join(dir, "tls.key"),
+		"--kubeconfig="+saKubeconfig,
+		"--authentication-kubeconfig="+saKubeconfig,
+		"--authorization-kubeconfig="+saKubeconfig,
+	)
+	if err := s.WaitAPIServiceAvailable(ctx); err != nil {
+		_, msg, _ := s.APIServiceCondition(ctx)
+		t.Fatalf("%v (last condition: %s)", err, msg)
+	}
+
+	// Through the aggregator, as the cluster admin.
+	if _, err := s.Admin.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "helm-install", Labels: map[string]string{"spark-app-selector": "a"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "the pod listed through the aggregator", func() error {
+		l, err := s.Dynamic.Resource(indexedPodsGVR).Namespace("default").List(ctx, metav1.ListOptions{LabelSelector: "spark-app-selector=a"})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) != 1 || l.Items[0].GetName() != "helm-install" {
+			return fmt.Errorf("listed %d pods", len(l.Items))
+		}
+		return nil
+	})
+
+	// The leader (Lease Role) writes the example policies' status
+	// (indexpolicies/status).
+	eventually(t, ctx, "IndexPolicy spark Accepted", func() error {
+		p, err := s.Dynamic.Resource(indexPolicyGVR).Get(ctx, "spark", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "Accepted" && m["status"] == "True" {
+				return nil
+			}
+		}
+		b, _ := json.Marshal(p.Object["status"])
+		return fmt.Errorf("status %s", b)
+	})
+
+	// A user granted the chart's index-apiserver-view in one namespace reads
+	// the mirrors there. (It carries the label that aggregates it into view;
+	// no controller manager runs here to do the aggregating.)
+	if _, err := s.Admin.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "viewer"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "index-apiserver-view"},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "viewer"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vcfg, err := s.UserConfig("viewer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewer, err := dynamic.NewForConfig(vcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "the viewer listing indexed pods", func() error {
+		_, err := viewer.Resource(indexedPodsGVR).Namespace("default").List(ctx, metav1.ListOptions{})
+		return err
+	})
+
+	run(t, nil, helm, "uninstall", release, "--kubeconfig", kc, "--namespace", namespace)
+	if _, err := s.Dynamic.Resource(apiServiceGVR).Get(ctx, "v1alpha1.indexing.k8s.io", metav1.GetOptions{}); err == nil {
+		t.Error("the APIService outlived helm uninstall")
+	}
+	// Helm keeps the CRDs of crds/ (and so the IndexPolicies) on uninstall.
+	if _, err := kubernetes.Interface(s.Admin).RbacV1().ClusterRoles().Get(ctx, "index-apiserver", metav1.GetOptions{}); err == nil {
+		t.Error("the ClusterRole outlived helm uninstall")
+	}
+}
+
+// startServer runs _output/bin/index-apiserver on port with the given flags
+// until the test ends.
+func startServer(t *testing.T, s *localstack.Stack, port int, args ...string) {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(s.Dir, "logs", "index-apiserver-helm.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(root, "_output", "bin", "index-apiserver"),
+		append([]string{"--secure-port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--v=2"}, args...)...)
+	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%v (`make build` builds it)", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("index-apiserver's log (end):\n%s", b)
+		}
+	})
+}
+
+// eventually retries f for up to a minute (each within ctx) until it
+// succeeds.
+func eventually(t *testing.T, ctx context.Context, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
