@@ -123,8 +123,14 @@ func readJSON(t *testing.T, b []byte, v any) {
 func image(t *testing.T, dir string) (descriptor, manifest, config) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "oci-layout"))
-	if err != nil || !strings.Contains(string(b), `"imageLayoutVersion":"1.0.0"`) {
-		t.Fatalf("oci-layout: %v %s", err, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layout struct {
+		Version string `json:"imageLayoutVersion"`
+	}
+	if readJSON(t, b, &layout); layout.Version != "1.0.0" {
+		t.Fatalf("oci-layout: %s", b)
 	}
 	b, err = os.ReadFile(filepath.Join(dir, "index.json"))
 	if err != nil {
