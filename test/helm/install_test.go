@@ -2,6 +2,7 @@ package helm
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -162,6 +163,14 @@ func TestInstall(t *testing.T) {
 		t.Fatalf("Deployment replicas %v, want 0", d.Spec.Replicas)
 	}
 
+	// An upgrade keeps the generated certificate (the chart looks the Secret
+	// up) and so the caBundle: running replicas keep being trusted.
+	before := servingCert(t, s)
+	run(t, nil, helm, "upgrade", release, chartDir, "--kubeconfig", kc, "--namespace", namespace, "--set", "replicas=0", "--set", "logVerbosity=3")
+	if after := servingCert(t, s); after != before {
+		t.Fatalf("helm upgrade changed the serving certificate or the caBundle:\nbefore %.80s…\nafter  %.80s…", before, after)
+	}
+
 	// The chart's certificate and ServiceAccount, for the process.
 	dir := t.TempDir()
 	secret, err := s.Admin.CoreV1().Secrets(namespace).Get(ctx, "index-apiserver-serving", metav1.GetOptions{})
@@ -285,6 +294,26 @@ func TestInstall(t *testing.T) {
 	if _, err := kubernetes.Interface(s.Admin).RbacV1().ClusterRoles().Get(ctx, "index-apiserver", metav1.GetOptions{}); err == nil {
 		t.Error("the ClusterRole outlived helm uninstall")
 	}
+}
+
+// servingCert is the serving Secret's data and the APIService's caBundle,
+// and checks they agree.
+func servingCert(t *testing.T, s *localstack.Stack) string {
+	t.Helper()
+	ctx := context.Background()
+	secret, err := s.Admin.CoreV1().Secrets(namespace).Get(ctx, "index-apiserver-serving", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := s.Dynamic.Resource(apiServiceGVR).Get(ctx, "v1alpha1.indexing.k8s.io", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caBundle, _, _ := unstructured.NestedString(as.Object, "spec", "caBundle")
+	if caBundle != base64.StdEncoding.EncodeToString(secret.Data["ca.crt"]) {
+		t.Fatalf("the APIService's caBundle is not the Secret's ca.crt")
+	}
+	return string(secret.Data["tls.crt"]) + string(secret.Data["tls.key"]) + caBundle
 }
 
 // startServer runs _output/bin/index-apiserver on port with the given flags

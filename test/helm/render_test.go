@@ -487,6 +487,29 @@ func TestSettingsMatchKustomize(t *testing.T) {
 	compare(t, want, withoutHelmLabels(t, chart))
 }
 
+// TestPackagedChart: `helm package` resolves the chart's links into
+// artifacts/ (CRD, dashboard, rules, example policies), and the packaged
+// chart renders what the chart directory renders.
+func TestPackagedChart(t *testing.T) {
+	helm := helmBinary(t)
+	dir := t.TempDir()
+	run(t, nil, helm, "package", chartDir, "--destination", dir)
+	tgz, err := filepath.Glob(filepath.Join(dir, "index-apiserver-*.tgz"))
+	if err != nil || len(tgz) != 1 {
+		t.Fatalf("helm package wrote %v (%v)", tgz, err)
+	}
+	// The generated certificate differs between renders: use cert-manager's.
+	args := []string{"--namespace", namespace, "--include-crds", "--set", "certificate.source=certManager", "--set", "monitoring.enabled=true"}
+	fromDir := decode(t, run(t, nil, helm, append([]string{"template", release, chartDir}, args...)...))
+	fromPackage := decode(t, run(t, nil, helm, append([]string{"template", release, tgz[0]}, args...)...))
+	compare(t, fromDir, fromPackage)
+	for _, k := range []string{"CustomResourceDefinition//indexpolicies.config.indexing.k8s.io", "IndexPolicy//spark", "ConfigMap/index-apiserver/index-apiserver-dashboard", "PrometheusRule/index-apiserver/index-apiserver"} {
+		if fromPackage[k] == nil {
+			t.Errorf("the packaged chart does not render %s", k)
+		}
+	}
+}
+
 // TestBadCertificateSource: a typo in certificate.source fails the render
 // with a message naming the choices (rather than rendering no certificate).
 func TestBadCertificateSource(t *testing.T) {
