@@ -154,6 +154,7 @@ func checkFabric8(t *testing.T, seen []fabric8Seen) {
 			t.Errorf("%s: %d executor polls, want at least 2", s.Name, s.SparkPolls)
 		}
 	}
+	t.Logf("kube-apiserver: leader election %q, Lease holder after the release %v", oracle.Leader, oracle.compared()["lease holder after release"])
 	want := oracle.compared()
 	for _, s := range seen[1:] {
 		for what, got := range s.compared() {
