@@ -1,5 +1,6 @@
 // Package image tests the container image `make image` writes (hack/image):
-// built twice it has the same digest; unpacked with nothing but the OCI
+// built twice it has the same digest; crane pushes it to a registry as
+// docs/deploy.md says; unpacked with nothing but the OCI
 // layout spec (this test reads the layout with the standard library, not with
 // the library that wrote it), it is a static binary on an empty base with CA
 // certificates and the nonroot user, no shell; the binary from it answers
@@ -20,6 +21,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path"
@@ -33,6 +37,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/index-apiserver/index-apiserver/test/localstack"
 )
@@ -155,6 +161,40 @@ func image(t *testing.T, dir string) (descriptor, manifest, config) {
 	return md, m, c
 }
 
+// cranePackage is the crane CLI docs/deploy.md pushes the layout with, at
+// the go-containerregistry version go.mod pins.
+const cranePackage = "github.com/google/go-containerregistry/cmd/crane@v0.22.1"
+
+// push does what docs/deploy.md says, `crane push _output/image
+// <registry>/index-apiserver:<tag>`, to a registry on loopback
+// (go-containerregistry's in-memory registry), and checks the registry
+// serves the manifest under the tag with the layout's digest.
+func push(t *testing.T, layout, digest string) {
+	t.Helper()
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	host := strings.TrimPrefix(reg.URL, "http://")
+	cmd := exec.Command("go", "run", cranePackage, "push", "--insecure", layout, host+"/index-apiserver:v0.0.1")
+	cmd.Dir = t.TempDir() // outside this module: crane builds with its own go.mod
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("crane push: %v\n%s", err, out)
+	}
+	req, _ := http.NewRequest(http.MethodGet, reg.URL+"/v2/index-apiserver/manifests/v0.0.1", nil)
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	sum := sha256.Sum256(body)
+	if res.StatusCode != http.StatusOK || "sha256:"+hex.EncodeToString(sum[:]) != digest {
+		t.Fatalf("the registry serves %d, manifest sha256:%x; the layout's digest is %s\n%s", res.StatusCode, sum, digest, body)
+	}
+	t.Logf("crane push: %s", bytes.TrimSpace(out))
+}
+
 type entry struct {
 	hdr  *tar.Header
 	data []byte
@@ -242,6 +282,8 @@ func TestImage(t *testing.T) {
 		size += l.Size
 	}
 	t.Logf("image %s: %d layers, %.1f MiB compressed", md.Digest, len(m.Layers), float64(size)/(1<<20))
+
+	push(t, first, md.Digest)
 
 	// The config: nonroot, the binary as entrypoint, the https port.
 	if c.OS != "linux" || c.Architecture == "" {
