@@ -1,7 +1,9 @@
 package indexcache
 
 import (
+	"slices"
 	"sort"
+	"strings"
 )
 
 // cell is the stable home of one key's current entry. Indexes hold cells,
@@ -162,10 +164,22 @@ func sameValues(a, b []string) bool {
 }
 
 // candidates returns, sorted by key, the entries that satisfy every exact
-// requirement an index can answer, starting from the smallest candidate set
-// and probing the others; ok is false when no index applies. The caller
-// still applies the full predicate.
+// requirement an index can answer (see collect); ok is false when no index
+// applies. The caller still applies the full predicate.
 func (s *indexSet) candidates(p *predicate) (out []*entry, name string, ok bool) {
+	out, name, ok = s.collect(p)
+	if ok {
+		out = sortCandidates(out)
+	}
+	return out, name, ok
+}
+
+// collect returns, in no order and possibly repeated, the entries that
+// satisfy every exact requirement an index can answer, starting from the
+// smallest candidate set and probing the others: one pointer copy per
+// candidate, so that readers hold the lock for no more, and sort after
+// releasing it (sortCandidates).
+func (s *indexSet) collect(p *predicate) (out []*entry, name string, ok bool) {
 	type set struct {
 		name   string
 		ix     valueIndex
@@ -197,11 +211,19 @@ func (s *indexSet) candidates(p *predicate) (out []*entry, name string, ok bool)
 			out = append(out, cl.e)
 		}
 	}
-	// Distinct values select disjoint buckets for labels (one value per key),
-	// but a multi-valued field may put an entry under several of them.
-	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
-	out = dedupeSorted(out)
 	return out, smallest.name, true
+}
+
+// sortingCandidates is called as candidates are sorted (tests).
+var sortingCandidates = func() {}
+
+// sortCandidates puts collected candidates in key order. Distinct values
+// select disjoint buckets for labels (one value per key), but a
+// multi-valued field may put an entry under several of them.
+func sortCandidates(out []*entry) []*entry {
+	sortingCandidates()
+	slices.SortFunc(out, func(a, b *entry) int { return strings.Compare(a.key, b.key) })
+	return dedupeSorted(out)
 }
 
 func inAny(ix valueIndex, values []string, key string) bool {

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -341,5 +342,63 @@ func TestRelistAtALowerResourceVersion(t *testing.T) {
 	}
 	if res, err := c.List(ctx, ListOptions{ResourceVersion: "0"}); err != nil || listKeys(res) != "rv=11 [ns/a@5 ns/c@10 ns/d@11]" {
 		t.Fatalf("the state at 11: %s", fmtList(res, err))
+	}
+}
+
+// TestCandidatesAreSortedOutsideTheLock (issue 24, suspected): a list or
+// watch picked by an index used to sort the whole bucket (here 20,000
+// pods) in key order under the read lock, whatever its limit, so ingest
+// waited for every reader's sort. The candidates are now copied under the
+// lock (a pointer per entry) and sorted after it is released: an update
+// commits while a reader sorts.
+func TestCandidatesAreSortedOutsideTheLock(t *testing.T) {
+	const pods = 20000
+	c := newTestCache(t)
+	if err := c.SetIndexes([]string{"app"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var list []*indexing.Pod
+	for i := range pods {
+		list = append(list, mkPod("ns", fmt.Sprintf("p%05d", i), fmt.Sprintf("u%d", i), 5, map[string]string{"app": "x"}, "", ""))
+	}
+	synced(t, c, list...)
+	sel := labels.SelectorFromSet(labels.Set{"app": "x"})
+	rv := uint64(10)
+	sortingCandidates = func() {
+		rv++
+		committed := make(chan error, 1)
+		go func() {
+			committed <- c.Ingest().Update(mkPod("ns", "p00001", "u1", rv, map[string]string{"app": "x"}, "", ""))
+		}()
+		select {
+		case err := <-committed:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(contractWait):
+			t.Errorf("an update waited %v for a reader sorting its candidates", contractWait)
+		}
+	}
+	defer func() { sortingCandidates = func() {} }()
+	yes := true
+	for _, read := range []func() error{
+		func() error {
+			_, err := c.List(context.Background(), ListOptions{Label: sel, Limit: 1, ResourceVersion: "0"})
+			return err
+		},
+		func() error {
+			w, err := c.Watch(context.Background(), WatchOptions{Label: sel, SendInitialEvents: &yes, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, ResourceVersion: "0"})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		},
+	} {
+		if err := read(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rv != 12 {
+		t.Fatalf("%d sorts, want one per read", rv-10)
 	}
 }

@@ -132,16 +132,19 @@ func isExpired(err error) bool {
 	return errors.As(err, &se) && apierrors.IsResourceExpired(se)
 }
 
-// live is the current state. The index candidates are picked under the
-// read lock; the tree is cloned (O(1), copy-on-write) only when a scan or a
-// later page may need it.
+// live is the current state. The index candidates are collected under the
+// read lock and sorted after it; the tree is cloned (O(1), copy-on-write)
+// only when a scan or a later page may need it.
 func (c *Cache) live(pred *predicate, paged bool) view {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
 	v := view{rv: c.rv}
-	v.candidates, v.index, v.indexed = c.indexes.candidates(pred)
+	v.candidates, v.index, v.indexed = c.indexes.collect(pred)
 	if !v.indexed || paged {
 		v.tree = c.cloneTree()
+	}
+	c.mu.RUnlock()
+	if v.indexed {
+		v.candidates = sortCandidates(v.candidates)
 	}
 	return v
 }

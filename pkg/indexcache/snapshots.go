@@ -1,7 +1,6 @@
 package indexcache
 
 import (
-	"sort"
 	"time"
 
 	"github.com/google/btree"
@@ -47,8 +46,11 @@ func (c *Cache) stateAt(rv uint64, pred *predicate) (view, error) {
 	c.snapMu.Unlock()
 	if rv == cur {
 		v := view{tree: c.cloneTree(), rv: rv}
-		v.candidates, v.index, v.indexed = c.indexes.candidates(pred)
+		v.candidates, v.index, v.indexed = c.indexes.collect(pred)
 		c.mu.RUnlock()
+		if v.indexed {
+			v.candidates = sortCandidates(v.candidates)
+		}
 		return v, nil
 	}
 	events, _ := c.window.since(rv)
@@ -75,7 +77,7 @@ func (c *Cache) stateAt(rv uint64, pred *predicate) (view, error) {
 // longer reaches v.rv (then the tree is scanned).
 func (c *Cache) candidatesAt(v view, pred *predicate) view {
 	c.mu.RLock()
-	live, name, ok := c.indexes.candidates(pred)
+	live, name, ok := c.indexes.collect(pred)
 	var events []*storeEvent
 	if ok {
 		events, ok = c.window.since(v.rv)
@@ -99,8 +101,7 @@ func (c *Cache) candidatesAt(v view, pred *predicate) view {
 			out = append(out, e)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
-	v.candidates, v.index, v.indexed = out, name, true
+	v.candidates, v.index, v.indexed = sortCandidates(out), name, true
 	return v
 }
 

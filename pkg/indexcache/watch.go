@@ -118,7 +118,7 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64,
 	var replay []*storeEvent
 	switch {
 	case sendState:
-		v.candidates, v.index, v.indexed = c.indexes.candidates(pred)
+		v.candidates, v.index, v.indexed = c.indexes.collect(pred)
 		if !v.indexed {
 			v.tree = c.cloneTree()
 		}
@@ -143,7 +143,9 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64,
 	var initial []watch.Event
 	if sendState {
 		entries := v.candidates
-		if !v.indexed {
+		if v.indexed {
+			entries = sortCandidates(entries)
+		} else {
 			entries = nil
 			c.scan(v.tree, pred, "", func(e *entry) bool { entries = append(entries, e); return true })
 		}
