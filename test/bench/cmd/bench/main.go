@@ -119,10 +119,12 @@ type options struct {
 	markdown         string
 	keep             bool
 	indexFlags       string
-	loadWorkers      int
-	pprofDir         string
-	repeat           int
-	clusterProxy     bool
+	// indexBinary runs another index-apiserver build (before/after runs).
+	indexBinary  string
+	loadWorkers  int
+	pprofDir     string
+	repeat       int
+	clusterProxy bool
 
 	// mode picks the workload: engine (the phases above), spark, flink,
 	// sharded, fleets (all three) or saturate.
@@ -181,6 +183,7 @@ func main() {
 	flag.StringVar(&o.markdown, "markdown", "docs/benchmarks.md", "append a Markdown table here (empty: don't; never with -smoke)")
 	flag.BoolVar(&o.keep, "keep", false, "leave the stack running (stop it with LOCAL_DIR=<dir> hack/local-down.sh)")
 	flag.StringVar(&o.indexFlags, "index-apiserver-flags", "", "extra index-apiserver flags (INDEX_APISERVER_FLAGS)")
+	flag.StringVar(&o.indexBinary, "index-apiserver-binary", "", "index-apiserver binary to run (default _output/bin/index-apiserver; another build for a before/after run)")
 	flag.IntVar(&o.loadWorkers, "load-workers", 16, "concurrent pod creations while loading")
 	flag.IntVar(&o.repeat, "repeat", 3, "rounds of watch phases (each with its own zero-watcher baseline); tables show the median and the range")
 	flag.StringVar(&o.pprofDir, "pprof", "", "write index-apiserver CPU and heap profiles of each of its watch phases here (<kind>-<watchers>.cpu.pprof); fleet modes: both servers' CPU profiles over each steady window (<workload>-<size>-<way>.{kube,index}.cpu.pprof)")

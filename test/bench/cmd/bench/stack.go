@@ -150,7 +150,7 @@ func startStack(ctx context.Context, root string, o options) (*stackInfo, func()
 	ls, err := localstack.Up(ctx, localstack.Config{
 		RepoRoot: root, Dir: dir, ClusterProxy: o.clusterProxy,
 		EtcdPort: ports[0], EtcdPeerPort: ports[1], KubeAPIServerPort: ports[2], IndexAPIServerPort: ports[3],
-		IndexAPIServerArgs: strings.Fields(o.indexFlags),
+		IndexAPIServerArgs: strings.Fields(o.indexFlags), IndexAPIServerBinary: o.indexBinary,
 	})
 	if err != nil {
 		stop()
