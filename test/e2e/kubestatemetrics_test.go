@@ -162,6 +162,39 @@ func TestKubeStateMetrics(t *testing.T) {
 		})
 	}
 
+	// Every deployment has synced what there was before it started (else the
+	// changes below would reach it in its initial state, not as watch
+	// events): all four pods and both nodes show in its shards together.
+	deployments := map[string][]string{}
+	for _, s := range shards {
+		deployments["kube-apiserver"] = append(deployments["kube-apiserver"], s.kube)
+		for entry, url := range s.prefix {
+			deployments[entry] = append(deployments[entry], url)
+		}
+	}
+	eventually(t, 2*time.Minute, func() error {
+		for name, urls := range deployments {
+			var all []string
+			for _, u := range urls {
+				series, err := scrapeSeries(u)
+				if err != nil {
+					return err
+				}
+				all = append(all, series...)
+			}
+			joined := strings.Join(all, "\n")
+			for _, must := range []string{
+				`kube_pod_info{namespace="` + ns + `",pod="before-0"`, `kube_pod_info{namespace="` + ns + `",pod="before-3"`,
+				`kube_node_info{node="` + nodeA + `"`, `kube_node_spec_unschedulable{node="` + nodeB + `"} 1`,
+			} {
+				if !strings.Contains(joined, must) {
+					return fmt.Errorf("%s's kube-state-metrics has no %s yet", name, must)
+				}
+			}
+		}
+		return nil
+	})
+
 	// A kubelet's status writes, a label change, deletes, a new pod, a node
 	// condition and an unschedulable node made schedulable.
 	running := func(name string) {
