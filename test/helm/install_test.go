@@ -5,9 +5,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -143,9 +147,11 @@ func TestDryRunServer(t *testing.T) {
 // the chart's caBundle), a token of the chart's ServiceAccount (so only the
 // chart's RBAC lets it watch, authenticate, authorize and lead). The
 // APIService becomes Available, pods are listed through the aggregator, the
-// leader writes the chart's example IndexPolicies' status, and a user granted
-// only the chart's index-apiserver-view reads the mirrors. helm uninstall
-// removes it again.
+// leader writes the chart's example IndexPolicies' status, a user granted
+// only the chart's index-apiserver-view reads the mirrors, and the cluster
+// proxy (switched on, with the example binding for a user) passes that
+// user's reads through with the chart's impersonation grant. The process
+// runs with the Deployment's flags. helm uninstall removes it all again.
 func TestInstall(t *testing.T) {
 	helm := helmBinary(t)
 	s := startControlPlane(t)
@@ -153,7 +159,9 @@ func TestInstall(t *testing.T) {
 	defer cancel()
 	createNamespace(t, s)
 	kc := s.AdminKubeconfig()
-	run(t, nil, helm, "install", release, chartDir, "--kubeconfig", kc, "--namespace", namespace, "--set", "replicas=0")
+	run(t, nil, helm, "install", release, chartDir, "--kubeconfig", kc, "--namespace", namespace, "--set", "replicas=0",
+		"--set", "clusterProxy.enabled=true", "--set", "clusterProxy.exampleBinding.enabled=true",
+		"--set-json", `clusterProxy.exampleBinding.subjects=[{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"alice"}]`)
 
 	d, err := s.Admin.AppsV1().Deployments(namespace).Get(ctx, "index-apiserver", metav1.GetOptions{})
 	if err != nil {
@@ -166,7 +174,7 @@ func TestInstall(t *testing.T) {
 	// An upgrade keeps the generated certificate (the chart looks the Secret
 	// up) and so the caBundle: running replicas keep being trusted.
 	before := servingCert(t, s)
-	run(t, nil, helm, "upgrade", release, chartDir, "--kubeconfig", kc, "--namespace", namespace, "--set", "replicas=0", "--set", "logVerbosity=3")
+	run(t, nil, helm, "upgrade", release, chartDir, "--kubeconfig", kc, "--namespace", namespace, "--reuse-values", "--set", "logVerbosity=3")
 	if after := servingCert(t, s); after != before {
 		t.Fatalf("helm upgrade changed the serving certificate or the caBundle:\nbefore %.80s…\nafter  %.80s…", before, after)
 	}
@@ -216,13 +224,30 @@ func TestInstall(t *testing.T) {
 		`{"spec":{"type":"ExternalName","externalName":"localhost","clusterIP":null,"clusterIPs":null,"ipFamilies":null,"ipFamilyPolicy":null}}`)
 	patch(apiServiceGVR, "", "v1alpha1.indexing.k8s.io", fmt.Sprintf(`{"spec":{"service":{"port":%d}}}`, port))
 
-	startServer(t, s, port,
+	// The Deployment's own flags (after the upgrade: --v=3, and the
+	// cluster proxy's), with this process's port and certificate paths.
+	d, err = s.Admin.AppsV1().Deployments(namespace).Get(ctx, "index-apiserver", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		switch flag, _, _ := strings.Cut(a, "="); flag {
+		case "--secure-port", "--tls-cert-file", "--tls-private-key-file":
+		default:
+			args = append(args, a)
+		}
+	}
+	if !slices.Contains(args, "--enable-cluster-proxy") || !slices.Contains(args, "--v=3") {
+		t.Fatalf("the Deployment's args %q lack --enable-cluster-proxy or the upgrade's --v=3", args)
+	}
+	startServer(t, s, port, append(args,
 		"--tls-cert-file="+filepath.Join(dir, "tls.crt"),
 		"--tls-private-key-file="+filepath.Join(dir, "tls.key"),
 		"--kubeconfig="+saKubeconfig,
 		"--authentication-kubeconfig="+saKubeconfig,
 		"--authorization-kubeconfig="+saKubeconfig,
-	)
+	)...)
 	if err := s.WaitAPIServiceAvailable(ctx); err != nil {
 		_, msg, _ := s.APIServiceCondition(ctx)
 		t.Fatalf("%v (last condition: %s)", err, msg)
@@ -285,6 +310,55 @@ func TestInstall(t *testing.T) {
 		_, err := viewer.Resource(indexedPodsGVR).Namespace("default").List(ctx, metav1.ListOptions{})
 		return err
 	})
+
+	// The cluster proxy: alice, bound by the chart's example binding, reads
+	// configmaps she may read through the path (passed through to
+	// kube-apiserver impersonating her: the chart's impersonation grant);
+	// bob, not bound, may not use the path.
+	if _, err := s.Admin.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "through-the-proxy"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"alice", "bob"} {
+		if _, err := s.Admin.RbacV1().Roles("default").Create(ctx, &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "configmap-reader-" + u},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list"}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Admin.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "configmap-reader-" + u},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "configmap-reader-" + u},
+			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: u}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxyGet := func(user, p string) (int, string) {
+		cfg, err := s.UserConfig(user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := hc.Get(s.KubeAPIServerURL() + "/apis/indexing.k8s.io/v1alpha1/clusters/local/proxy" + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	eventually(t, ctx, "alice reading configmaps through the cluster proxy", func() error {
+		if code, body := proxyGet("alice", "/api/v1/namespaces/default/configmaps/through-the-proxy"); code != http.StatusOK {
+			return fmt.Errorf("%d %.300s", code, body)
+		}
+		return nil
+	})
+	if code, body := proxyGet("bob", "/api/v1/namespaces/default/configmaps/through-the-proxy"); code != http.StatusForbidden {
+		t.Errorf("bob, not bound to index-apiserver:cluster-proxy: %d %.300s, want 403", code, body)
+	}
 
 	run(t, nil, helm, "uninstall", release, "--kubeconfig", kc, "--namespace", namespace)
 	if _, err := s.Dynamic.Resource(apiServiceGVR).Get(ctx, "v1alpha1.indexing.k8s.io", metav1.GetOptions{}); err == nil {
