@@ -49,8 +49,9 @@ const (
 //     waits when the queue is full.
 //
 // Readers (List, Get, Watch registration) take mu for reading, for O(1)
-// work (a copy-on-write clone) or work bounded by their own result; they
-// never wait for dispatch. Whether a consistent read is answered here or
+// work (a copy-on-write clone) or a pointer copy of the index bucket their
+// selector names (sorted after the lock is released); they never wait for
+// dispatch. Whether a consistent read is answered here or
 // upstream is decided outside, by package consistentread; the cache only
 // waits for freshness (freshness.go, consistent.go).
 //
