@@ -192,11 +192,13 @@ func (w *soakWriter) write(ctx context.Context) {
 			w.retired = append(w.retired, w.visible[j])
 			w.visible = append(w.visible[:j], w.visible[j+1:]...)
 		}
-	case r < 9 && len(w.retired) > 0:
+	case r < 10 && len(w.retired) > 0:
+		// As likely as a retirement: the pods kube-apiserver holds stay
+		// about as many over an hour.
 		if err := w.pods.Delete(ctx, w.retired[0], now); err == nil || apierrors.IsNotFound(err) {
 			w.retired = w.retired[1:]
 		}
-	case r < 11:
+	case r < 12:
 		// A Spark executor moves to another application: it leaves one
 		// selector and enters another (a plain pod becomes one).
 		w.patchLabel(ctx, w.visible[w.rng.IntN(len(w.visible))], "spark-app-selector", fmt.Sprintf("spark-%d", w.rng.IntN(3)))

@@ -14,9 +14,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
@@ -91,18 +94,40 @@ func (n *soakNet) stop() {
 	}
 }
 
+// endpoint is one replica behind a Service: its address and whether it is
+// ready (a Service routes only to ready endpoints: a replica that is
+// starting does not get traffic before its /readyz passes).
+type endpoint struct {
+	addr  string
+	ready atomic.Bool
+}
+
+// readyFirst returns the ready endpoints (all of them if none is ready).
+func readyFirst(eps []*endpoint) []*endpoint {
+	var out []*endpoint
+	for _, e := range eps {
+		if e.ready.Load() {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 {
+		return eps
+	}
+	return out
+}
+
 // balancer is a Service in front of replicas: each connection goes to the
-// next endpoint that accepts it.
+// next ready endpoint that accepts it.
 type balancer struct {
 	ln        net.Listener
-	endpoints []string
+	endpoints []*endpoint
 	mu        sync.Mutex
 	next      int
 	conns     map[net.Conn]struct{}
 	closed    bool
 }
 
-func newBalancer(endpoints []string) (*balancer, int, error) {
+func newBalancer(endpoints []*endpoint) (*balancer, int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, 0, err
@@ -138,9 +163,10 @@ func (b *balancer) forward(c net.Conn) {
 	b.next++
 	b.mu.Unlock()
 	var up net.Conn
-	for i := range b.endpoints {
+	eps := readyFirst(b.endpoints)
+	for i := range eps {
 		var err error
-		up, err = net.DialTimeout("tcp", b.endpoints[(first+i)%len(b.endpoints)], time.Second)
+		up, err = net.DialTimeout("tcp", eps[(first+i)%len(eps)].addr, time.Second)
 		if err == nil {
 			break
 		}
@@ -177,4 +203,25 @@ func (b *balancer) close() {
 		c.Close()
 	}
 	b.mu.Unlock()
+}
+
+// serviceRoundTripper sends each request to a ready replica at random, its
+// own link (hosts[i] for endpoint i), as a client of a Service would.
+type serviceRoundTripper struct {
+	next      http.RoundTripper
+	endpoints []*endpoint
+	hosts     map[*endpoint]string
+	mu        sync.Mutex
+	rng       *rand.Rand
+}
+
+func (r *serviceRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	eps := readyFirst(r.endpoints)
+	r.mu.Lock()
+	host := r.hosts[eps[r.rng.IntN(len(eps))]]
+	r.mu.Unlock()
+	req = req.Clone(req.Context())
+	req.URL.Host = host
+	req.Host = host
+	return r.next.RoundTrip(req)
 }
