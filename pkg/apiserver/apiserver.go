@@ -23,6 +23,7 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/advice"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/node"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/pod"
@@ -198,6 +199,7 @@ func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
 		Namespaced:             res.Namespaced,
 		NewFunc:                res.NewFunc,
 		Transform:              res.Transform,
+		Encoder:                encoded.Objects{},
 		Fields:                 fields,
 		AlwaysIndexedFields:    res.AlwaysIndexed,
 		CurrentResourceVersion: func(ctx context.Context) (uint64, error) { return feed.CurrentResourceVersion(ctx) },

@@ -124,7 +124,7 @@ func (r *Reader) Watch(ctx context.Context, opts indexcache.WatchOptions) (watch
 // else from upstream.
 func (r *Reader) Get(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error) {
 	if resourceVersion != "" || !r.enabled() {
-		return r.cache.Get(ctx, namespace, name, resourceVersion)
+		return r.cacheGet(ctx, namespace, name, resourceVersion)
 	}
 	if err := r.cache.CheckReady(); err != nil {
 		return nil, err
@@ -135,7 +135,7 @@ func (r *Reader) Get(ctx context.Context, namespace, name, resourceVersion strin
 		return nil, err
 	}
 	if !fromUpstream {
-		return r.cache.Get(ctx, namespace, name, fresh(want))
+		return r.cacheGet(ctx, namespace, name, fresh(want))
 	}
 	for _, o := range objs {
 		if m, err := meta.Accessor(o); err == nil && m.GetName() == name && m.GetNamespace() == namespace {
@@ -143,6 +143,15 @@ func (r *Reader) Get(ctx context.Context, namespace, name, resourceVersion strin
 		}
 	}
 	return nil, errors.NewNotFound(r.cfg.GroupResource, name)
+}
+
+// cacheGet returns the cache's object, or nil (not a nil *Object) and the error.
+func (r *Reader) cacheGet(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error) {
+	o, err := r.cache.Get(ctx, namespace, name, resourceVersion)
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
 }
 
 // List lists; the first page of a consistent list from the cache once it is

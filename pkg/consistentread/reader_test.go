@@ -116,10 +116,10 @@ func upstreamCacheWithTimeout(t *testing.T, read ReadFunc, fallback time.Duratio
 		UpstreamFields: []string{"metadata.name", "spec.nodeName", "status.phase"}})
 }
 
-func itemKeys(items []runtime.Object) []string {
+func itemKeys(items []*indexcache.Object) []string {
 	var out []string
 	for _, o := range items {
-		p := o.(*indexing.Pod)
+		p := o.Decoded().(*indexing.Pod)
 		out = append(out, p.Namespace+"/"+p.Name+"@"+p.ResourceVersion)
 	}
 	return out

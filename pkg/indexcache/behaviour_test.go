@@ -338,8 +338,8 @@ func TestIndexSwapUnderConcurrentUse(t *testing.T) {
 				return
 			}
 			for _, o := range res.Items {
-				if o.(*indexing.Pod).Labels["app"] != "3" {
-					t.Errorf("list returned %v", o.(*indexing.Pod).Labels)
+				if o.Decoded().(*indexing.Pod).Labels["app"] != "3" {
+					t.Errorf("list returned %v", o.Decoded().(*indexing.Pod).Labels)
 				}
 			}
 		}
@@ -418,7 +418,7 @@ func TestErrors(t *testing.T) {
 	}
 	// Like etcd3, the 410 carries a token that continues at the latest state.
 	rest, err := c.List(ctx, ListOptions{Continue: se.ErrStatus.ListMeta.Continue, Limit: 10})
-	if err != nil || len(rest.Items) != 3 || rest.Items[0].(*indexing.Pod).Name != "p2" || rest.ResourceVersion != 310 {
+	if err != nil || len(rest.Items) != 3 || rest.Items[0].Decoded().(*indexing.Pod).Name != "p2" || rest.ResourceVersion != 310 {
 		t.Fatalf("continue at latest: %v %v", rest, err)
 	}
 
@@ -615,7 +615,7 @@ func TestStaleAndTombstoneIngest(t *testing.T) {
 			t.Fatalf("got %s, want %s", got, want)
 		}
 	}
-	if obj, err := c.Get(context.Background(), "ns", "a", "0"); err != nil || obj.(*indexing.Pod).Spec.NodeName != "n1" {
+	if obj, err := c.Get(context.Background(), "ns", "a", "0"); err != nil || obj.Decoded().(*indexing.Pod).Spec.NodeName != "n1" {
 		t.Fatalf("get a: %v %v", obj, err)
 	}
 }
@@ -780,10 +780,10 @@ func TestConsistentReadAsksAgainForProgress(t *testing.T) {
 	}
 }
 
-func itemKeys(items []runtime2.Object) []string {
+func itemKeys(items []*Object) []string {
 	var out []string
 	for _, o := range items {
-		p := o.(*indexing.Pod)
+		p := o.Decoded().(*indexing.Pod)
 		out = append(out, p.Namespace+"/"+p.Name+"@"+p.ResourceVersion)
 	}
 	return out

@@ -85,7 +85,7 @@ func (c *Cache) sendBookmarkTo(w *watcher, rv uint64) {
 func (c *Cache) deliverBookmark(ws []*watcher, rv uint64) {
 	// One object for all: encoded once per encoder like any event.
 	bm := c.bookmarkEvent(rv, false)
-	bm.Object = newCachingObject(bm.Object)
+	bm.Object = newObject(bm.Object, &kept{}, nil)
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	for _, w := range ws {

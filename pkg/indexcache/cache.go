@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/btree"
 	"k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 )
 
@@ -250,7 +249,7 @@ func (c *Cache) Stop() {
 
 // Get returns one object. resourceVersion "" reads consistently, "0" any
 // state, "N" a state at least as new as N.
-func (c *Cache) Get(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error) {
+func (c *Cache) Get(ctx context.Context, namespace, name, resourceVersion string) (*Object, error) {
 	if err := c.waitFresh(ctx, resourceVersion); err != nil {
 		return nil, err
 	}
@@ -260,5 +259,5 @@ func (c *Cache) Get(ctx context.Context, namespace, name, resourceVersion string
 	if !ok {
 		return nil, errors.NewNotFound(c.cfg.GroupResource, name)
 	}
-	return e.obj, nil
+	return c.object(e), nil
 }

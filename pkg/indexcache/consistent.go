@@ -65,9 +65,9 @@ func (c *Cache) Select(objs []runtime.Object, rv uint64, opts ListOptions) (*Lis
 		}
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].key < entries[j].key })
-	res := &ListResult{ResourceVersion: rv, Index: "upstream", Items: make([]runtime.Object, len(entries))}
+	res := &ListResult{ResourceVersion: rv, Index: "upstream", Items: make([]*Object, len(entries))}
 	for i, e := range entries {
-		res.Items[i] = e.obj
+		res.Items[i] = c.object(e)
 	}
 	c.m.list(res.Index)
 	return res, nil

@@ -48,7 +48,7 @@ func TestContinueExpires(t *testing.T) {
 		if err != nil {
 			t.Fatalf("retained snapshot: %v", err)
 		}
-		if got := second.Items[0].(interface{ GetResourceVersion() string }).GetResourceVersion(); got != "6" {
+		if got := second.Items[0].GetResourceVersion(); got != "6" {
 			t.Fatalf("second page shows b@%s, want the snapshot's b@6", got)
 		}
 		clock.Step(20 * time.Second) // within the window's 75 s retention

@@ -26,7 +26,12 @@ type entry struct {
 	// cell is shared by all versions of the object while it exists; set
 	// when the entry is committed.
 	cell *cell
+	// kept holds this version's serializations (object.go).
+	kept kept
 }
+
+// object hands the entry out.
+func (c *Cache) object(e *entry) *Object { return newObject(e.obj, &e.kept, c.cfg.Encoder) }
 
 func objectKey(namespace, name string) string {
 	if namespace == "" {
@@ -75,8 +80,10 @@ func (c *Cache) newEntry(obj runtime.Object) (*entry, error) {
 // withRV returns a copy of e whose object carries another resourceVersion:
 // the final state of a deleted object, stamped with the deletion's RV.
 func withRV(e *entry, rv uint64) *entry {
-	cp := *e
-	cp.obj = withResourceVersion(e.obj, rv)
-	cp.rv = rv
-	return &cp
+	return &entry{
+		key: e.key, namespace: e.namespace, name: e.name,
+		obj: withResourceVersion(e.obj, rv), rv: rv,
+		labels: e.labels, fields: e.fields, uidHash: e.uidHash, nsHash: e.nsHash,
+		cell: e.cell,
+	}
 }

@@ -24,29 +24,32 @@ type storeEvent struct {
 	seq uint64
 	at  time.Time // when it was ingested, for the window's retention
 
+	// The Objects watchers of the event share (their serializations are
+	// kept with the entries, not here).
 	curOnce  sync.Once
-	curObj   *cachingObject
+	curObj   *Object
 	goneOnce sync.Once
-	goneObj  *cachingObject
+	goneObj  *Object
+	gone     *entry // prev at the event's resourceVersion
 }
 
-// object is the event's new state, wrapped once so that every watcher of
-// the event shares one serialization per encoder.
-func (ev *storeEvent) object() runtime.Object {
-	ev.curOnce.Do(func() { ev.curObj = newCachingObject(ev.cur.obj) })
+// object is the event's new state, handed out once for all its watchers.
+func (ev *storeEvent) object(c *Cache) runtime.Object {
+	ev.curOnce.Do(func() { ev.curObj = c.object(ev.cur) })
 	return ev.curObj
 }
 
 // goneObject is what a watcher that stops matching receives with DELETED:
 // the previous state carrying the event's resourceVersion, as kube-apiserver
 // sends it (cacheWatcher.convertToWatchEvent).
-func (ev *storeEvent) goneObject() runtime.Object {
+func (ev *storeEvent) goneObject(c *Cache) runtime.Object {
 	ev.goneOnce.Do(func() {
 		if ev.typ == watch.Deleted {
-			ev.goneObj = newCachingObject(ev.cur.obj)
+			ev.goneObj = c.object(ev.cur)
 			return
 		}
-		ev.goneObj = newCachingObject(withResourceVersion(ev.prev.obj, ev.rv))
+		ev.gone = withRV(ev.prev, ev.rv)
+		ev.goneObj = c.object(ev.gone)
 	})
 	return ev.goneObj
 }

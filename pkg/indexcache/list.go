@@ -10,7 +10,6 @@ import (
 	"github.com/google/btree"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 )
 
@@ -226,9 +225,9 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 		c.advice.scanned(pred, scanned, len(matched))
 	}
 	c.m.list(res.Index)
-	res.Items = make([]runtime.Object, len(matched))
+	res.Items = make([]*Object, len(matched))
 	for i, e := range matched {
-		res.Items[i] = e.obj
+		res.Items[i] = c.object(e)
 	}
 	if !more {
 		return res

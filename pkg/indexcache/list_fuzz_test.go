@@ -142,7 +142,7 @@ func FuzzList(f *testing.F) {
 		}
 		prev := ""
 		for _, obj := range res.Items {
-			p := obj.(*indexing.Pod)
+			p := obj.Decoded().(*indexing.Pod)
 			key := p.Namespace + "/" + p.Name
 			if key <= prev {
 				t.Fatalf("%+v: %s after %s: not in key order or duplicated", opts, key, prev)

@@ -474,7 +474,7 @@ func (rm *replicaModel) pick() *replica { return rm.replicas[rm.m.rng.Intn(len(r
 func pageKeys(res *ListResult) []string {
 	out := make([]string, len(res.Items))
 	for i, o := range res.Items {
-		p := o.(*indexing.Pod)
+		p := o.Decoded().(*indexing.Pod)
 		out[i] = key(p) + "@" + p.ResourceVersion
 	}
 	return out

@@ -707,7 +707,7 @@ func (l *openList) take(t *testing.T, res *ListResult) bool {
 		t.Fatalf("list %s page %d: rv %d, want %d", l.q.descr, l.pages, res.ResourceVersion, l.rv)
 	}
 	for _, o := range res.Items {
-		p := o.(*indexing.Pod)
+		p := o.Decoded().(*indexing.Pod)
 		l.got = append(l.got, key(p)+"@"+p.ResourceVersion)
 	}
 	if res.Continue != "" && int64(len(res.Items)) != l.opts.Limit {
@@ -748,7 +748,7 @@ func checkGet(ctx context.Context, t *testing.T, c *Cache, m *model) {
 	want, exists := m.state[k]
 	switch {
 	case !exists && errors.IsNotFound(err):
-	case exists && err == nil && obj.(*indexing.Pod).ResourceVersion == want.ResourceVersion:
+	case exists && err == nil && obj.Decoded().(*indexing.Pod).ResourceVersion == want.ResourceVersion:
 	default:
 		t.Fatalf("get %s: %v %v, want %v", k, obj, err, want)
 	}

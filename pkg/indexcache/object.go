@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,103 +13,204 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// cachingObject wraps an event's object so that all watchers of the event
-// share one serialization per encoder: the generic watch handler calls
-// CacheEncode instead of encoding the object again for every watcher.
+// Object is an object as the cache holds it and hands it out: the items of
+// a LIST page, a GET, the object of a watch event (initial events of a
+// WatchList included) and the old versions in the event window are all
+// Objects over the cache's entries. It implements runtime.CacheableObject:
+// the serving layer's encoders call CacheEncode, and what they make is kept
+// with the cached version of the object (its entry), so a version is
+// encoded at most once per format, however many reads and watchers write it.
+//
+// How a serialization is split into kept pieces and written again is the
+// serving layer's business (Config.Encoder); the cache only keeps opaque
+// bytes by format name.
 //
 // The wrapped object is shared with the cache and never modified: setters
 // (metav1.Object, SetGroupVersionKind) first switch the wrapper to a private
-// copy and drop the serializations made so far, as kube-apiserver's
+// copy, which is encoded afresh and keeps nothing, as kube-apiserver's
 // cachingObject does.
-type cachingObject struct {
+type Object struct {
 	mu      sync.RWMutex
 	obj     runtime.Object
 	meta    metav1.Object
-	private bool // obj is the wrapper's own copy
-	encoded map[runtime.Identifier]*encoding
+	private bool  // obj is the wrapper's own copy
+	kept    *kept // the entry's; nil once private
+	enc     Encoder
 }
 
-type encoding struct {
-	once sync.Once
-	raw  []byte
-	err  error
+// Encoder writes held objects in the serving layer's wire formats, keeping
+// the pieces it makes with Object.Kept. It is given to the cache like
+// Config.Transform: the cache knows nothing of formats.
+type Encoder interface {
+	// CacheEncode writes o as the encoder identified by id would: encode is
+	// that encoder, to be called with o.Decoded() (or with o itself, when
+	// encode is an outer encoder that encodes o through CacheEncode again).
+	CacheEncode(o *Object, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error
+}
+
+// kept holds an entry's serializations: few (one per wire format asked
+// for), added once, read without locks.
+type kept struct {
+	pieces atomic.Pointer[[]piece]
+}
+
+type piece struct {
+	format string
+	raw    []byte
+}
+
+func (k *kept) get(format string) []byte {
+	if p := k.pieces.Load(); p != nil {
+		for _, pc := range *p {
+			if pc.format == format {
+				return pc.raw
+			}
+		}
+	}
+	return nil
+}
+
+// add keeps raw unless a concurrent encoder kept the format first; it
+// returns what is kept.
+func (k *kept) add(format string, raw []byte) []byte {
+	for {
+		old := k.pieces.Load()
+		var cur []piece
+		if old != nil {
+			cur = *old
+			for _, pc := range cur {
+				if pc.format == format {
+					return pc.raw
+				}
+			}
+		}
+		next := make([]piece, len(cur), len(cur)+1)
+		copy(next, cur)
+		next = append(next, piece{format: format, raw: raw})
+		if k.pieces.CompareAndSwap(old, &next) {
+			return raw
+		}
+	}
+}
+
+// size is the bytes kept, for the memory accounting of benchmarks.
+func (k *kept) size() int {
+	n := 0
+	if p := k.pieces.Load(); p != nil {
+		for _, pc := range *p {
+			n += len(pc.raw)
+		}
+	}
+	return n
 }
 
 var (
-	_ runtime.CacheableObject = &cachingObject{}
-	_ metav1.Object           = &cachingObject{}
-	_ schema.ObjectKind       = &cachingObject{}
+	_ runtime.CacheableObject = &Object{}
+	_ metav1.Object           = &Object{}
+	_ schema.ObjectKind       = &Object{}
 )
 
-func newCachingObject(obj runtime.Object) *cachingObject {
+// NewObject holds obj outside any cache (tests, objects read elsewhere):
+// its serializations are kept with it while it lives.
+func NewObject(obj runtime.Object, enc Encoder) *Object { return newObject(obj, &kept{}, enc) }
+
+func newObject(obj runtime.Object, k *kept, enc Encoder) *Object {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		// Every cached object has metadata: entries are built from accessors.
 		panic(err)
 	}
-	return &cachingObject{obj: obj, meta: m}
+	return &Object{obj: obj, meta: m, kept: k, enc: enc}
 }
 
-// CacheEncode encodes the object once per encoder identifier. The encoder
-// gets a shallow copy because encoding may stamp apiVersion and kind on it.
-func (o *cachingObject) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
-	o.mu.Lock()
-	enc := o.encoded[id]
-	if enc == nil {
-		if o.encoded == nil {
-			o.encoded = map[runtime.Identifier]*encoding{}
-		}
-		enc = &encoding{}
-		o.encoded[id] = enc
+// CacheEncode writes the object as encode does, from kept bytes when this
+// version was encoded so before.
+func (o *Object) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
+	if o.enc != nil {
+		return o.enc.CacheEncode(o, id, encode, w)
 	}
-	obj := o.obj
-	o.mu.Unlock()
-	enc.once.Do(func() {
+	// Without a serving layer's Encoder: keep each encoder's output whole.
+	raw, err := o.Kept(string(id), func() ([]byte, error) {
 		var buf bytes.Buffer
-		enc.err = encode(shallowCopy(obj), &buf)
-		enc.raw = buf.Bytes()
+		err := encode(o.Decoded(), &buf)
+		return buf.Bytes(), err
 	})
-	if enc.err != nil {
-		return enc.err
+	if err != nil {
+		return err
 	}
+	return WriteRaw(w, raw)
+}
+
+// Kept returns the piece kept under format, made by make the first time.
+// A private copy keeps nothing.
+func (o *Object) Kept(format string, make func() ([]byte, error)) ([]byte, error) {
+	o.mu.RLock()
+	k := o.kept
+	o.mu.RUnlock()
+	if k != nil {
+		if raw := k.get(format); raw != nil {
+			return raw, nil
+		}
+	}
+	raw, err := make()
+	if err != nil || k == nil {
+		return raw, err
+	}
+	if raw == nil {
+		raw = []byte{}
+	}
+	return k.add(format, raw), nil
+}
+
+// Decoded returns the object for an encoder: a shallow copy, since encoders
+// stamp apiVersion and kind on what they get. It shares everything else
+// with the cache: read only.
+func (o *Object) Decoded() runtime.Object {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return shallowCopy(o.obj)
+}
+
+// WriteRaw writes kept bytes, without copying them when w can splice.
+func WriteRaw(w io.Writer, raw []byte) error {
 	if s, ok := w.(runtime.Splice); ok {
-		s.Splice(enc.raw)
+		s.Splice(raw)
 		return nil
 	}
-	_, err := w.Write(enc.raw)
+	_, err := w.Write(raw)
 	return err
 }
 
 // GetObject returns a copy the caller owns.
-func (o *cachingObject) GetObject() runtime.Object {
+func (o *Object) GetObject() runtime.Object {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	return o.obj.DeepCopyObject()
 }
 
-func (o *cachingObject) DeepCopyObject() runtime.Object {
+func (o *Object) DeepCopyObject() runtime.Object {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
-	return newCachingObject(o.obj.DeepCopyObject())
+	return newObject(o.obj.DeepCopyObject(), nil, o.enc)
 }
 
 // GetObjectKind returns the wrapper itself, so that setting the kind copies
 // instead of writing to the shared object.
-func (o *cachingObject) GetObjectKind() schema.ObjectKind { return o }
+func (o *Object) GetObjectKind() schema.ObjectKind { return o }
 
-func (o *cachingObject) GroupVersionKind() schema.GroupVersionKind {
+func (o *Object) GroupVersionKind() schema.GroupVersionKind {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	return o.obj.GetObjectKind().GroupVersionKind()
 }
 
-func (o *cachingObject) SetGroupVersionKind(gvk schema.GroupVersionKind) {
+func (o *Object) SetGroupVersionKind(gvk schema.GroupVersionKind) {
 	o.set(func() bool { return o.obj.GetObjectKind().GroupVersionKind() == gvk },
 		func() { o.obj.GetObjectKind().SetGroupVersionKind(gvk) })
 }
 
 // set applies a change unless it is a no-op, on a private copy.
-func (o *cachingObject) set(noop func() bool, apply func()) {
+func (o *Object) set(noop func() bool, apply func()) {
 	o.mu.RLock()
 	same := noop()
 	o.mu.RUnlock()
@@ -125,11 +227,11 @@ func (o *cachingObject) set(noop func() bool, apply func()) {
 		o.meta, _ = meta.Accessor(o.obj)
 		o.private = true
 	}
-	o.encoded = nil
+	o.kept = nil
 	apply()
 }
 
-func (o *cachingObject) get() metav1.Object {
+func (o *Object) get() metav1.Object {
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	return o.meta
@@ -137,72 +239,72 @@ func (o *cachingObject) get() metav1.Object {
 
 // metav1.Object: getters read the current object, setters copy first.
 
-func (o *cachingObject) GetNamespace() string       { return o.get().GetNamespace() }
-func (o *cachingObject) GetName() string            { return o.get().GetName() }
-func (o *cachingObject) GetGenerateName() string    { return o.get().GetGenerateName() }
-func (o *cachingObject) GetUID() types.UID          { return o.get().GetUID() }
-func (o *cachingObject) GetResourceVersion() string { return o.get().GetResourceVersion() }
-func (o *cachingObject) GetGeneration() int64       { return o.get().GetGeneration() }
-func (o *cachingObject) GetSelfLink() string        { return o.get().GetSelfLink() }
-func (o *cachingObject) GetCreationTimestamp() metav1.Time {
+func (o *Object) GetNamespace() string       { return o.get().GetNamespace() }
+func (o *Object) GetName() string            { return o.get().GetName() }
+func (o *Object) GetGenerateName() string    { return o.get().GetGenerateName() }
+func (o *Object) GetUID() types.UID          { return o.get().GetUID() }
+func (o *Object) GetResourceVersion() string { return o.get().GetResourceVersion() }
+func (o *Object) GetGeneration() int64       { return o.get().GetGeneration() }
+func (o *Object) GetSelfLink() string        { return o.get().GetSelfLink() }
+func (o *Object) GetCreationTimestamp() metav1.Time {
 	return o.get().GetCreationTimestamp()
 }
-func (o *cachingObject) GetDeletionTimestamp() *metav1.Time { return o.get().GetDeletionTimestamp() }
-func (o *cachingObject) GetDeletionGracePeriodSeconds() *int64 {
+func (o *Object) GetDeletionTimestamp() *metav1.Time { return o.get().GetDeletionTimestamp() }
+func (o *Object) GetDeletionGracePeriodSeconds() *int64 {
 	return o.get().GetDeletionGracePeriodSeconds()
 }
-func (o *cachingObject) GetLabels() map[string]string      { return o.get().GetLabels() }
-func (o *cachingObject) GetAnnotations() map[string]string { return o.get().GetAnnotations() }
-func (o *cachingObject) GetFinalizers() []string           { return o.get().GetFinalizers() }
-func (o *cachingObject) GetOwnerReferences() []metav1.OwnerReference {
+func (o *Object) GetLabels() map[string]string      { return o.get().GetLabels() }
+func (o *Object) GetAnnotations() map[string]string { return o.get().GetAnnotations() }
+func (o *Object) GetFinalizers() []string           { return o.get().GetFinalizers() }
+func (o *Object) GetOwnerReferences() []metav1.OwnerReference {
 	return o.get().GetOwnerReferences()
 }
-func (o *cachingObject) GetManagedFields() []metav1.ManagedFieldsEntry {
+func (o *Object) GetManagedFields() []metav1.ManagedFieldsEntry {
 	return o.get().GetManagedFields()
 }
 
-func (o *cachingObject) SetNamespace(v string) {
+func (o *Object) SetNamespace(v string) {
 	o.set(func() bool { return o.meta.GetNamespace() == v }, func() { o.meta.SetNamespace(v) })
 }
-func (o *cachingObject) SetName(v string) {
+func (o *Object) SetName(v string) {
 	o.set(func() bool { return o.meta.GetName() == v }, func() { o.meta.SetName(v) })
 }
-func (o *cachingObject) SetGenerateName(v string) {
+func (o *Object) SetGenerateName(v string) {
 	o.set(func() bool { return o.meta.GetGenerateName() == v }, func() { o.meta.SetGenerateName(v) })
 }
-func (o *cachingObject) SetUID(v types.UID) {
+func (o *Object) SetUID(v types.UID) {
 	o.set(func() bool { return o.meta.GetUID() == v }, func() { o.meta.SetUID(v) })
 }
-func (o *cachingObject) SetResourceVersion(v string) {
+func (o *Object) SetResourceVersion(v string) {
 	o.set(func() bool { return o.meta.GetResourceVersion() == v }, func() { o.meta.SetResourceVersion(v) })
 }
-func (o *cachingObject) SetGeneration(v int64) {
+func (o *Object) SetGeneration(v int64) {
 	o.set(func() bool { return o.meta.GetGeneration() == v }, func() { o.meta.SetGeneration(v) })
 }
-func (o *cachingObject) SetSelfLink(v string) {
+func (o *Object) SetSelfLink(v string) {
 	o.set(func() bool { return o.meta.GetSelfLink() == v }, func() { o.meta.SetSelfLink(v) })
 }
-func (o *cachingObject) SetCreationTimestamp(v metav1.Time) {
+func (o *Object) SetCreationTimestamp(v metav1.Time) {
 	o.set(func() bool { t := o.meta.GetCreationTimestamp(); return t.Equal(&v) }, func() { o.meta.SetCreationTimestamp(v) })
 }
-func (o *cachingObject) SetDeletionTimestamp(v *metav1.Time) {
+func (o *Object) SetDeletionTimestamp(v *metav1.Time) {
 	o.set(func() bool { return false }, func() { o.meta.SetDeletionTimestamp(v) })
 }
-func (o *cachingObject) SetDeletionGracePeriodSeconds(v *int64) {
+func (o *Object) SetDeletionGracePeriodSeconds(v *int64) {
 	o.set(func() bool { return false }, func() { o.meta.SetDeletionGracePeriodSeconds(v) })
 }
-func (o *cachingObject) SetLabels(v map[string]string) {
+func (o *Object) SetLabels(v map[string]string) {
 	o.set(func() bool { return false }, func() { o.meta.SetLabels(v) })
 }
-func (o *cachingObject) SetAnnotations(v map[string]string) {
+func (o *Object) SetAnnotations(v map[string]string) {
 	o.set(func() bool { return false }, func() { o.meta.SetAnnotations(v) })
 }
-func (o *cachingObject) SetFinalizers(v []string) {
+func (o *Object) SetFinalizers(v []string) {
 	o.set(func() bool { return false }, func() { o.meta.SetFinalizers(v) })
 }
-func (o *cachingObject) SetOwnerReferences(v []metav1.OwnerReference) {
+func (o *Object) SetOwnerReferences(v []metav1.OwnerReference) {
 	o.set(func() bool { return false }, func() { o.meta.SetOwnerReferences(v) })
 }
-func (o *cachingObject) SetManagedFields(v []metav1.ManagedFieldsEntry) {
+func (o *Object) SetManagedFields(v []metav1.ManagedFieldsEntry) {
 	o.set(func() bool { return false }, func() { o.meta.SetManagedFields(v) })
 }

@@ -35,6 +35,10 @@ type Config struct {
 	// object the cache stores and serves (e.g. *indexing.Pod). It runs once per
 	// object at ingest and must drop managedFields.
 	Transform func(obj interface{}) (runtime.Object, error)
+	// Encoder writes held objects in the serving layer's wire formats and
+	// decides what of it is kept with each object version (object.go). Nil
+	// keeps each encoder's output whole.
+	Encoder Encoder
 	// Fields are all selectable fields (besides metadata.namespace, which the cache
 	// handles itself) by field path. Field selectors may only name these.
 	Fields map[string]FieldFunc
@@ -89,9 +93,9 @@ type ListOptions struct {
 	Continue             string
 }
 
-// ListResult is one page of a list. Items are shared with the cache: never mutate them.
+// ListResult is one page of a list.
 type ListResult struct {
-	Items              []runtime.Object
+	Items              []*Object
 	ResourceVersion    uint64
 	Continue           string
 	RemainingItemCount *int64

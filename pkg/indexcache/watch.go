@@ -152,9 +152,9 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64,
 		initial = make([]watch.Event, 0, len(entries)+1)
 		for _, e := range entries {
 			if pred.matches(e) {
-				// A wrapper per event: encoders may stamp the kind on what
-				// they get, and the object is shared with the cache.
-				initial = append(initial, watch.Event{Type: watch.Added, Object: newCachingObject(e.obj)})
+				// A wrapper per event (setters copy), the serializations
+				// kept with the entry.
+				initial = append(initial, watch.Event{Type: watch.Added, Object: c.object(e)})
 			}
 		}
 		if !v.indexed {

@@ -131,11 +131,11 @@ func (w *watcher) convert(ev *storeEvent) (watch.Event, bool) {
 	curIn := ev.typ != watch.Deleted && w.pred.matches(ev.cur)
 	switch {
 	case curIn && oldIn:
-		return watch.Event{Type: watch.Modified, Object: ev.object()}, true
+		return watch.Event{Type: watch.Modified, Object: ev.object(w.c)}, true
 	case curIn:
-		return watch.Event{Type: watch.Added, Object: ev.object()}, true
+		return watch.Event{Type: watch.Added, Object: ev.object(w.c)}, true
 	case oldIn:
-		return watch.Event{Type: watch.Deleted, Object: ev.goneObject()}, true
+		return watch.Event{Type: watch.Deleted, Object: ev.goneObject(w.c)}, true
 	}
 	return watch.Event{}, false
 }

@@ -20,11 +20,12 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 )
 
 // podCache returns a synced pods cache holding pods.
-func podCache(t testing.TB, pods ...*indexing.Pod) *indexcache.Cache {
+func podCache(t testing.TB, pods ...*indexing.Pod) Cache {
 	fns := make(map[string]indexcache.FieldFunc, len(indexing.PodFields))
 	for name, fn := range indexing.PodFields {
 		fns[name] = indexcache.FieldFunc(fn)
@@ -49,7 +50,7 @@ func podCache(t testing.TB, pods ...*indexing.Pod) *indexcache.Cache {
 	if err := c.Ingest().Replace(objs, "10"); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return consistentread.New(c, consistentread.Config{GroupResource: indexing.Resource("pods")})
 }
 
 // FuzzListQuery: any query string a client sends to a list or watch of
@@ -127,7 +128,7 @@ func FuzzListQuery(f *testing.F) {
 		if opts.FieldSelector != nil {
 			field = opts.FieldSelector
 		}
-		for _, p := range out.(*indexing.PodList).Items {
+		for _, p := range out.(runtime.CacheableObject).GetObject().(*indexing.PodList).Items {
 			if p.Namespace != "a" {
 				t.Fatalf("%q: %s/%s from another namespace", query, p.Namespace, p.Name)
 			}

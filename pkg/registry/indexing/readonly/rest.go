@@ -9,7 +9,6 @@ import (
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -69,8 +68,9 @@ func (r *REST) Destroy()                {}
 func (r *REST) NamespaceScoped() bool   { return r.Namespaced }
 func (r *REST) GetSingularName() string { return r.SingularName }
 
-// Get returns one object. The cached object is shared, so the caller gets a
-// shallow copy it may stamp with its apiVersion and kind.
+// Get returns one object: the cache's, which the handlers' encoder writes
+// from the bytes kept with it; a copy when it was read upstream (encoders
+// stamp apiVersion and kind on what they are given).
 func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
 	rv := ""
 	if options != nil {
@@ -79,6 +79,9 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 	obj, err := r.cache.Get(ctx, r.namespace(ctx), name, rv)
 	if err != nil {
 		return nil, err
+	}
+	if _, held := obj.(*indexcache.Object); held {
+		return obj, nil
 	}
 	return shallowCopy(obj), nil
 }
@@ -93,21 +96,15 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 	if err != nil {
 		return nil, err
 	}
-	list := r.NewListFunc()
-	if err := meta.SetList(list, res.Items); err != nil {
-		return nil, errors.NewInternalError(err)
+	list := &heldList{newList: r.NewListFunc, Items: make([]runtime.Object, len(res.Items))}
+	for i, o := range res.Items {
+		list.Items[i] = o
 	}
-	lm, err := meta.ListAccessor(list)
-	if err != nil {
-		return nil, errors.NewInternalError(err)
-	}
-	lm.SetResourceVersion(fmt.Sprint(res.ResourceVersion))
-	lm.SetContinue(res.Continue)
-	lm.SetRemainingItemCount(res.RemainingItemCount)
+	list.ResourceVersion = fmt.Sprint(res.ResourceVersion)
+	list.Continue = res.Continue
+	list.RemainingItemCount = res.RemainingItemCount
 	if shard != nil {
-		if setter, ok := list.(metav1.ShardedListInterface); ok {
-			setter.SetShardInfo(&metav1.ShardInfo{Selector: shard.String()})
-		}
+		list.ShardInfo = &metav1.ShardInfo{Selector: shard.String()}
 	}
 	return list, nil
 }

@@ -29,9 +29,9 @@ func (c *recordingCache) List(_ context.Context, opts indexcache.ListOptions) (*
 	c.list = opts
 	one := int64(1)
 	return &indexcache.ListResult{
-		Items: []runtime.Object{
-			&indexing.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p1", ResourceVersion: "5"}},
-			&indexing.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p2", ResourceVersion: "7"}},
+		Items: []*indexcache.Object{
+			indexcache.NewObject(&indexing.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p1", ResourceVersion: "5"}}, nil),
+			indexcache.NewObject(&indexing.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "p2", ResourceVersion: "7"}}, nil),
 		},
 		ResourceVersion:    9,
 		Continue:           "token",
@@ -71,7 +71,7 @@ func TestListFillsListMetaAndShardInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := out.(*indexing.PodList)
+	list := out.(runtime.CacheableObject).GetObject().(*indexing.PodList)
 	if len(list.Items) != 2 || list.Items[1].Name != "p2" {
 		t.Fatalf("items = %+v", list.Items)
 	}

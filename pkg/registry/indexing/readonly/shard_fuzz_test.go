@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	"k8s.io/apimachinery/pkg/runtime"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
@@ -46,7 +47,7 @@ func FuzzShardSelector(f *testing.F) {
 			if c.list.Shard == nil {
 				t.Fatalf("accepted %q but the cache got no shard selector", sel)
 			}
-			if list := out.(*indexing.PodList); list.ShardInfo == nil || list.ShardInfo.Selector == "" {
+			if list := out.(runtime.CacheableObject).GetObject().(*indexing.PodList); list.ShardInfo == nil || list.ShardInfo.Selector == "" {
 				t.Fatalf("accepted %q but the list has no shardInfo", sel)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 // and watch from it.
 func ConvertToTable(obj runtime.Object, columns []metav1.TableColumnDefinition, cells func(runtime.Object) ([]interface{}, error)) (*metav1.Table, error) {
 	table := &metav1.Table{ColumnDefinitions: columns}
+	obj = decodedOf(obj)
 	objs := []runtime.Object{obj}
 	if meta.IsListType(obj) {
 		var err error
@@ -31,6 +32,7 @@ func ConvertToTable(obj runtime.Object, columns []metav1.TableColumnDefinition, 
 	}
 	table.Rows = make([]metav1.TableRow, 0, len(objs))
 	for _, o := range objs {
+		o = decodedOf(o)
 		c, err := cells(o)
 		if err != nil {
 			return nil, errors.NewInternalError(err)

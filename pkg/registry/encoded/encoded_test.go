@@ -1,0 +1,396 @@
+package encoded_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	restful "github.com/emicklei/go-restful/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints"
+	genericfilters "k8s.io/apiserver/pkg/endpoints/filters"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
+	"github.com/index-apiserver/index-apiserver/pkg/apiserver"
+	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/coreview"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/pod"
+	"github.com/index-apiserver/index-apiserver/pkg/upstream"
+	"github.com/index-apiserver/index-apiserver/test/realistic"
+)
+
+// podEncodes counts the pods the serializers really encode: one per pod
+// object, and one per item of a list they encode. (An empty pod is the
+// probe that shows an encoder's envelope, once per encoder.)
+type podEncodes struct{ n atomic.Int64 }
+
+func (c *podEncodes) count(obj runtime.Object) {
+	switch obj.(type) {
+	case *corev1.Pod, *v1alpha1.Pod:
+		if m, _ := meta.Accessor(obj); m.GetName() != "" {
+			c.n.Add(1)
+		}
+	case *corev1.PodList, *v1alpha1.PodList:
+		c.n.Add(int64(meta.LenList(obj)))
+	}
+}
+
+// countingSerializer is a serializer that counts the pods it encodes.
+type countingSerializer struct {
+	runtime.Serializer
+	c *podEncodes
+}
+
+func (s countingSerializer) Encode(obj runtime.Object, w io.Writer) error {
+	s.c.count(obj)
+	return s.Serializer.Encode(obj, w)
+}
+
+func (s countingSerializer) EncodeWithAllocator(obj runtime.Object, w io.Writer, a runtime.MemoryAllocator) error {
+	s.c.count(obj)
+	if e, ok := s.Serializer.(runtime.EncoderWithAllocator); ok {
+		return e.EncodeWithAllocator(obj, w, a)
+	}
+	return s.Serializer.Encode(obj, w)
+}
+
+// countingCodecs is a codec factory whose serializers count.
+type countingCodecs struct {
+	runtime.NegotiatedSerializer
+	c *podEncodes
+}
+
+func (f countingCodecs) SupportedMediaTypes() []runtime.SerializerInfo {
+	var out []runtime.SerializerInfo
+	for _, info := range f.NegotiatedSerializer.SupportedMediaTypes() {
+		info.Serializer = countingSerializer{info.Serializer, f.c}
+		if info.StreamSerializer != nil {
+			ss := *info.StreamSerializer
+			ss.Serializer = countingSerializer{ss.Serializer, f.c}
+			info.StreamSerializer = &ss
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// install serves storage under root/gv through k8s.io/apiserver's own
+// handlers, as the server installs the mirror group and the core view.
+func install(t *testing.T, root string, gv schema.GroupVersion, scheme *runtime.Scheme, codecs runtime.NegotiatedSerializer, storage rest.Storage) *restful.Container {
+	t.Helper()
+	c := restful.NewContainer()
+	c.Router(restful.CurlyRouter{})
+	g := &endpoints.APIGroupVersion{
+		Root:                        root,
+		GroupVersion:                gv,
+		Storage:                     map[string]rest.Storage{"pods": storage},
+		AllServedVersionsByResource: map[string][]string{"pods": {gv.Version}},
+		OptionsExternalVersion:      &schema.GroupVersion{Version: "v1"},
+		Serializer:                  codecs,
+		ParameterCodec:              runtime.NewParameterCodec(scheme),
+		Creater:                     scheme,
+		Convertor:                   scheme,
+		ConvertabilityChecker:       scheme,
+		UnsafeConvertor:             runtime.UnsafeObjectConvertor(scheme),
+		Defaulter:                   scheme,
+		Typer:                       scheme,
+		Namer:                       runtime.Namer(meta.NewAccessor()),
+		TypeConverter:               managedfields.NewDeducedTypeConverter(),
+		EquivalentResourceRegistry:  runtime.NewEquivalentResourceRegistry(),
+		MinRequestTimeout:           time.Minute,
+	}
+	if _, _, err := g.InstallREST(c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type servers struct {
+	core, mirror *httptest.Server
+	encodes      *podEncodes
+	ingest       indexcache.IngestStore
+	pods         []*corev1.Pod
+}
+
+const pods = 30
+
+// serve fills a pods cache with realistic pods and serves it as the mirror
+// group and as the core view, both through counting codecs.
+func serve(t *testing.T) *servers {
+	t.Helper()
+	fields := map[string]indexcache.FieldFunc{}
+	for name, fn := range indexing.PodFields {
+		fields[name] = indexcache.FieldFunc(fn)
+	}
+	cache, err := indexcache.New(indexcache.Config{
+		GroupResource:       indexing.Resource("pods"),
+		Namespaced:          true,
+		NewFunc:             func() runtime.Object { return &indexing.Pod{} },
+		Transform:           upstream.Pods.Transform,
+		Encoder:             encoded.Objects{},
+		Fields:              fields,
+		AlwaysIndexedFields: upstream.Pods.AlwaysIndexed,
+		FreshnessTimeout:    time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cache.Stop)
+	s := &servers{encodes: &podEncodes{}, ingest: cache.Ingest()}
+	var objs []interface{}
+	for i := range pods {
+		p := realistic.SparkExecutorPod("spark", i/10, "spark-pi-driver", "5a3c0000-0000-4000-8000-000000000007", i%10, realistic.NodeName(i))
+		p.Status = realistic.RunningStatus(p, i, 0)
+		p.UID = types.UID(fmt.Sprint("uid-", i))
+		p.ResourceVersion = fmt.Sprint(10 + i)
+		p.Annotations["html"] = "<a & b>" // escaped alike everywhere
+		s.pods = append(s.pods, p)
+		objs = append(objs, p)
+	}
+	if err := s.ingest.Replace(objs, "100"); err != nil {
+		t.Fatal(err)
+	}
+	reader := consistentread.New(cache, consistentread.Config{GroupResource: indexing.Resource("pods")})
+	serveWith := func(h http.Handler, resolver *request.RequestInfoFactory) *httptest.Server {
+		h = genericfilters.WithRequestInfo(h, resolver)
+		h = withUser(h)
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	resolver := &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+	s.core = serveWith(install(t, "/api", corev1.SchemeGroupVersion, coreview.Scheme,
+		countingCodecs{coreview.Codecs, s.encodes}, coreview.REST{REST: pod.NewREST(reader)}), resolver)
+	s.mirror = serveWith(install(t, "/apis", v1alpha1.SchemeGroupVersion, apiserver.Scheme,
+		countingCodecs{apiserver.Codecs, s.encodes}, pod.NewREST(reader)), resolver)
+	return s
+}
+
+func withUser(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), &user.DefaultInfo{Name: "test"})))
+	})
+}
+
+const (
+	jsonType  = "application/json"
+	protoType = "application/vnd.kubernetes.protobuf"
+)
+
+func get(t *testing.T, srv *httptest.Server, path, accept string) []byte {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+	req.Header.Set("Accept", accept)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v %s", path, resp.StatusCode, err, body)
+	}
+	return body
+}
+
+// watchJSON opens a JSON watch and returns its events' lines as they come.
+func watchJSON(t *testing.T, srv *httptest.Server, path string) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch %s: %v %v", path, resp, err)
+	}
+	out := make(chan string, 1000)
+	go func() {
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			out <- sc.Text()
+		}
+		close(out)
+	}()
+	return out
+}
+
+func next(t *testing.T, ch <-chan string) string {
+	t.Helper()
+	select {
+	case l, ok := <-ch:
+		if !ok {
+			t.Fatal("watch ended")
+		}
+		return l
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch event")
+	}
+	return ""
+}
+
+// TestEveryReadWritesKeptBytes: once a pod version is encoded in a wire
+// format, no LIST page, GET, watch event or WatchList initial event of
+// either view (the mirror group, the core view) encodes it again; a new
+// version is encoded once for all its watchers and later reads.
+func TestEveryReadWritesKeptBytes(t *testing.T) {
+	s := serve(t)
+	const corePods, mirrorPods = "/api/v1/namespaces/spark/pods", "/apis/indexing.k8s.io/v1alpha1/namespaces/spark/pods"
+	encodes := func() int64 { return s.encodes.n.Load() }
+
+	for _, accept := range []string{jsonType, protoType} {
+		before := encodes()
+		get(t, s.core, corePods, accept)
+		if n := encodes() - before; n != pods {
+			t.Fatalf("%s: the first LIST encoded %d pods, want each of the %d once", accept, n, pods)
+		}
+		before = encodes()
+		get(t, s.core, corePods, accept)
+		get(t, s.mirror, mirrorPods, accept)
+		get(t, s.core, corePods+"?limit=7", accept)
+		get(t, s.mirror, mirrorPods+"?labelSelector=spark-role%3Dexecutor&limit=4", accept)
+		get(t, s.core, corePods+"/"+s.pods[3].Name, accept)
+		get(t, s.mirror, mirrorPods+"/"+s.pods[3].Name, accept)
+		if n := encodes() - before; n != 0 {
+			t.Fatalf("%s: LISTs and GETs of both views encoded %d pods again, want 0", accept, n)
+		}
+	}
+
+	before := encodes()
+	coreWatch := watchJSON(t, s.core, corePods+"?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan")
+	mirrorWatch := watchJSON(t, s.mirror, mirrorPods+"?watch=true&resourceVersion=0")
+	for range pods {
+		next(t, coreWatch)
+		next(t, mirrorWatch)
+	}
+	if l := next(t, coreWatch); !strings.Contains(l, `"type":"BOOKMARK"`) {
+		t.Fatalf("after the initial events: %s", l)
+	}
+	if n := encodes() - before; n != 0 {
+		t.Fatalf("initial events of a WatchList and a watch encoded %d pods, want 0", n)
+	}
+
+	// A new version: once for both watchers and the reads after it.
+	p := s.pods[5].DeepCopy()
+	p.ResourceVersion = "101"
+	p.Status.Phase = corev1.PodSucceeded
+	before = encodes()
+	if err := s.ingest.Update(p); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []<-chan string{coreWatch, mirrorWatch} {
+		if l := next(t, ch); !strings.Contains(l, `"resourceVersion":"101"`) {
+			t.Fatalf("event %s", l)
+		}
+	}
+	get(t, s.core, corePods+"/"+p.Name, jsonType)
+	get(t, s.mirror, mirrorPods, jsonType)
+	if n := encodes() - before; n != 1 {
+		t.Fatalf("a new version delivered to 2 watchers and read twice was encoded %d times, want 1", n)
+	}
+}
+
+// TestBodiesEqualTheDecodedPath: what is written from kept bytes is, byte
+// for byte, what the same handlers' encoders write from the decoded objects
+// (the bodies served before bytes were kept): LIST pages (with continue,
+// remaining count and shard info), GETs and watch events, JSON and
+// protobuf, mirror and core view.
+func TestBodiesEqualTheDecodedPath(t *testing.T) {
+	s := serve(t)
+	views := []struct {
+		name   string
+		srv    *httptest.Server
+		path   string
+		codecs runtime.NegotiatedSerializer
+		gv     schema.GroupVersion
+	}{
+		{"core", s.core, "/api/v1/namespaces/spark/pods", coreview.Codecs, corev1.SchemeGroupVersion},
+		{"mirror", s.mirror, "/apis/indexing.k8s.io/v1alpha1/namespaces/spark/pods", apiserver.Codecs, v1alpha1.SchemeGroupVersion},
+	}
+	decoded := make([]runtime.Object, len(s.pods))
+	for i, p := range s.pods {
+		o, err := upstream.Pods.Transform(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded[i] = o
+	}
+	for _, v := range views {
+		for _, accept := range []string{jsonType, protoType} {
+			info, ok := runtime.SerializerInfoForMediaType(v.codecs.SupportedMediaTypes(), accept)
+			if !ok {
+				t.Fatal(accept)
+			}
+			enc := v.codecs.EncoderForVersion(info.Serializer, v.gv)
+			want := func(obj runtime.Object) []byte {
+				var buf bytes.Buffer
+				if err := enc.Encode(obj, &buf); err != nil {
+					t.Fatal(err)
+				}
+				return buf.Bytes()
+			}
+			// Twice: the first writes what it encodes, the second what it kept.
+			for round := range 2 {
+				// A page: 7 of 30, with a continue token and the remaining count.
+				body := get(t, v.srv, v.path+"?limit=7", accept)
+				list := &indexing.PodList{}
+				list.ResourceVersion = "100"
+				list.RemainingItemCount = ptr(int64(pods - 7))
+				for _, o := range decoded[:7] {
+					list.Items = append(list.Items, *o.(*indexing.Pod).DeepCopy())
+				}
+				list.Continue = continueOf(t, body, accept, v.codecs, v.gv)
+				if w := want(list); !bytes.Equal(body, w) {
+					t.Fatalf("%s %s round %d: list page\n got %q\nwant %q", v.name, accept, round, body, w)
+				}
+				// A GET.
+				body = get(t, v.srv, v.path+"/"+s.pods[4].Name, accept)
+				if w := want(decoded[4].DeepCopyObject()); !bytes.Equal(body, w) {
+					t.Fatalf("%s %s round %d: get\n got %q\nwant %q", v.name, accept, round, body, w)
+				}
+				// An empty page.
+				body = get(t, v.srv, v.path+"?labelSelector=nothing%3Dhere", accept)
+				empty := &indexing.PodList{Items: []indexing.Pod{}}
+				empty.ResourceVersion = "100"
+				if w := want(empty); !bytes.Equal(body, w) {
+					t.Fatalf("%s %s round %d: empty list\n got %q\nwant %q", v.name, accept, round, body, w)
+				}
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// continueOf reads the continue token the server chose (it is opaque).
+func continueOf(t *testing.T, body []byte, accept string, codecs runtime.NegotiatedSerializer, gv schema.GroupVersion) string {
+	t.Helper()
+	info, _ := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), accept)
+	obj, _, err := info.Serializer.Decode(body, nil, nil)
+	if err != nil {
+		t.Fatalf("decoding the page: %v", err)
+	}
+	return obj.(metav1.ListInterface).GetContinue()
+}
