@@ -10,8 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/storage"
 	clocktesting "k8s.io/utils/clock/testing"
-
-	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 )
 
 // TestContinueExpires: a continue token is served from its snapshot while
@@ -83,10 +81,11 @@ func TestNegativeLimitListsEverything(t *testing.T) {
 }
 
 // TestNamespaceListTokensAreKubeAPIServers: a namespace's list pages with
-// kube-apiserver's continue tokens, relative to the namespace's key prefix
-// ("b\x00", not "ns/b\x00"; the storage conformance suite's
-// TestLists/.../test_List_with_limit), and a token of that form continues
-// the list where it says.
+// kube-apiserver's continue tokens, relative to the namespace's key root
+// ("/b\x00" as its cacher writes them, not "ns/b\x00"; e2e
+// TestClusterProxyBodiesEqualKubeAPIServer compares them byte for byte), and
+// a token of etcd's form ("b\x00", the storage conformance suite's
+// TestLists/.../test_List_with_limit) continues the list where it says.
 func TestNamespaceListTokensAreKubeAPIServers(t *testing.T) {
 	c := newTestCache(t)
 	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""), mkPod("ns", "b", "ub", 6, nil, "", ""), mkPod("ns", "c", "uc", 7, nil, "", ""), mkPod("other", "a", "uo", 8, nil, "", ""))
@@ -96,14 +95,17 @@ func TestNamespaceListTokensAreKubeAPIServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	rv := int64(first.ResourceVersion)
-	want, err := storage.EncodeContinue("/registry/pods/ns/b\x00", "/registry/pods/ns/", rv)
+	// kube-apiserver's cacher, which serves its lists, makes tokens
+	// relative to the key root without its slash ("/b\x00"); its etcd store
+	// with it ("b\x00"). Both continue.
+	want, err := storage.EncodeContinue("/registry/pods/ns/b\x00", "/registry/pods/ns", rv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first.Continue != want {
 		t.Fatalf("token %q, want kube-apiserver's %q", decodeToken(first.Continue), decodeToken(want))
 	}
-	// A token that starts after a, as kube-apiserver writes it.
+	// A token that starts after a, as kube-apiserver's etcd store writes it.
 	fromA, err := storage.EncodeContinue("/registry/pods/ns/a\x00", "/registry/pods/ns/", rv)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +116,7 @@ func TestNamespaceListTokensAreKubeAPIServers(t *testing.T) {
 	}
 	var names []string
 	for _, it := range next.Items {
-		names = append(names, it.(*indexing.Pod).Namespace+"/"+it.(*indexing.Pod).Name)
+		names = append(names, it.GetNamespace()+"/"+it.GetName())
 	}
 	if strings.Join(names, ",") != "ns/b,ns/c" {
 		t.Fatalf("continued with %v, want ns/b,ns/c", names)
@@ -124,7 +126,7 @@ func TestNamespaceListTokensAreKubeAPIServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want, _ := storage.EncodeContinue("/registry/pods/ns/a\x00", "/registry/pods/", rv); all.Continue != want {
+	if want, _ := storage.EncodeContinue("/registry/pods/ns/a\x00", "/registry/pods", rv); all.Continue != want {
 		t.Fatalf("token %q, want kube-apiserver's %q", decodeToken(all.Continue), decodeToken(want))
 	}
 }

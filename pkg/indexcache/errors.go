@@ -32,7 +32,7 @@ func errContinueExpired(key, prefix string) error {
 		"retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - " +
 		"objects that were created, modified, or deleted between the time the first chunk was returned and now may " +
 		"show up in the list."
-	token, err := storage.EncodeContinue(key, prefix, -1)
+	token, err := continueToken(key, prefix, -1)
 	if err != nil {
 		return errors.NewResourceExpired(continueExpired)
 	}

@@ -194,22 +194,43 @@ func (c *Cache) scan(tree *btree.BTreeG[*entry], pred *predicate, startKey strin
 	return "all"
 }
 
+// anyAfter tells whether tree has an object after key under prefix (a
+// namespace's "/ns/", or "/" for all).
+func anyAfter(tree *btree.BTreeG[*entry], prefix, key string) bool {
+	found := false
+	fn := func(e *entry) bool {
+		found = e.key > key
+		return !found
+	}
+	if ns := strings.TrimPrefix(prefix, continuePrefix); ns != "" {
+		tree.AscendRange(&entry{key: key}, &entry{key: strings.TrimSuffix(ns, "/") + "0"}, fn) // '0' follows '/'
+	} else {
+		tree.AscendGreaterOrEqual(&entry{key: key}, fn)
+	}
+	return found
+}
+
+// continueToken is the token of a list continuing at key (with
+// continuePrefix), as kube-apiserver's cacher, which serves its lists,
+// writes it: relative to the list's key root without its trailing slash,
+// so it starts with "/" ("/name\x00" in a namespace, "/ns/name\x00"
+// across them). Its etcd store writes the same without the slash; decoding
+// with prefix takes both.
+func continueToken(key, prefix string, rv int64) (string, error) {
+	return storage.EncodeContinue("@"+key, "@"+strings.TrimSuffix(prefix, "/"), rv)
+}
+
 // page selects one page from a view, from the index candidates when there
 // are some, else by scanning; its continue token is relative to prefix.
 func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int64) *ListResult {
 	res := &ListResult{ResourceVersion: v.rv}
 	var matched []*entry
-	more := false
 	collect := func(e *entry) bool {
 		if !pred.matches(e) {
 			return true
 		}
-		if limit > 0 && int64(len(matched)) == limit {
-			more = true
-			return false
-		}
 		matched = append(matched, e)
-		return true
+		return limit <= 0 || int64(len(matched)) < limit
 	}
 	if v.indexed {
 		res.Index = v.index
@@ -229,11 +250,15 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 	for i, e := range matched {
 		res.Items[i] = c.object(e)
 	}
-	if !more {
+	// As kube-apiserver's cacher and etcd store do, a full page continues
+	// when its scope (the namespace, or everything) has any object after
+	// the page's last, whether or not it matches: the continue token (and
+	// so the body) is kube-apiserver's.
+	if limit <= 0 || int64(len(matched)) < limit || !anyAfter(v.tree, prefix, matched[len(matched)-1].key) {
 		return res
 	}
 	next := matched[len(matched)-1].key + "\x00"
-	token, err := storage.EncodeContinue(continuePrefix+next, prefix, int64(v.rv))
+	token, err := continueToken(continuePrefix+next, prefix, int64(v.rv))
 	if err != nil {
 		// Keys of a namespace's list always carry its prefix; nothing a
 		// client can cause.
