@@ -192,17 +192,19 @@ func (sh *shape) body(out []byte) ([]byte, bool) {
 	return nil, false
 }
 
-// write writes an output of this shape around body.
+// write writes an output of this shape around body. The first write is
+// one byte, so that the handlers' response writer buffers and decides on
+// compression by the whole body's size, as for an encoder's single write.
 func (sh *shape) write(w io.Writer, body []byte) error {
 	var err error
 	switch sh.format {
 	case JSON:
-		_, err = writeAll(w, sh.head, body[1:], sh.tail)
+		_, err = writeAll(w, sh.head[:1], sh.head[1:], body[1:], sh.tail)
 	case Protobuf:
 		var hdr [1 + maxVarint]byte
 		hdr[0] = 0x12
 		n := 1 + putVarint(hdr[1:], uint64(len(body)))
-		_, err = writeAll(w, sh.head, hdr[:n], body, sh.tail)
+		_, err = writeAll(w, sh.head[:1], sh.head[1:], hdr[:n], body, sh.tail)
 	}
 	return err
 }

@@ -12,7 +12,11 @@ import (
 
 // WriteList writes a list of items as encode would write envelope (an
 // empty list of their type carrying the list's metadata) with the items in
-// it: the envelope is encoded (it is small), the items are their kept
+// it. Its first write is one byte (JSON) or the 4-byte protobuf prefix, as
+// the streaming encoders' are: the handlers' response writer then buffers
+// until it knows whether the body is long enough to compress.
+//
+// The envelope is encoded (it is small), the items are their kept
 // bodies. It reports false, having written nothing, when encode's format is
 // not one whose bodies are kept; the caller then encodes the decoded list.
 func WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object) (bool, error) {
@@ -52,7 +56,7 @@ func WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, i
 }
 
 func writeJSONList(w io.Writer, head, tail []byte, bodies [][]byte) error {
-	if _, err := w.Write(head); err != nil {
+	if _, err := writeAll(w, head[:1], head[1:]); err != nil {
 		return err
 	}
 	comma := []byte(",")
@@ -80,7 +84,7 @@ func writeProtoList(w io.Writer, head, tail, listMeta []byte, bodies [][]byte) e
 	var hdr [1 + maxVarint]byte
 	hdr[0] = 0x12
 	n := 1 + putVarint(hdr[1:], uint64(size))
-	if _, err := writeAll(w, head, hdr[:n], listMeta); err != nil {
+	if _, err := writeAll(w, head[:len(protoPrefix)], head[len(protoPrefix):], hdr[:n], listMeta); err != nil {
 		return err
 	}
 	for _, b := range bodies {
