@@ -63,6 +63,9 @@ func (c convertor) ConvertToTable(_ context.Context, obj runtime.Object, tableOp
 	}
 	table.Rows = make([]metav1.TableRow, 0, len(objs))
 	for _, o := range objs {
+		if held, ok := o.(interface{ Decoded() runtime.Object }); ok {
+			o = held.Decoded() // the cache's object: a row reads its decoded form
+		}
 		r, ok := c.row(o, now)
 		if !ok {
 			return nil, errors.NewInternalError(fmt.Errorf("no table row for %T", o))

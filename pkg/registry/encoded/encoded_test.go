@@ -394,3 +394,16 @@ func continueOf(t *testing.T, body []byte, accept string, codecs runtime.Negotia
 	}
 	return obj.(metav1.ListInterface).GetContinue()
 }
+
+// TestTablesOfHeldObjects: as=Table (kubectl get) of a LIST and a GET,
+// which are not kept, are built from the decoded objects: kubectl's rows.
+func TestTablesOfHeldObjects(t *testing.T) {
+	s := serve(t)
+	const table = "application/json;as=Table;v=v1;g=meta.k8s.io"
+	for _, path := range []string{"/api/v1/namespaces/spark/pods", "/api/v1/namespaces/spark/pods/" + s.pods[2].Name} {
+		body := string(get(t, s.core, path, table))
+		if !strings.Contains(body, `"kind":"Table"`) || !strings.Contains(body, s.pods[2].Name) {
+			t.Fatalf("%s as Table: %s", path, body)
+		}
+	}
+}
