@@ -8,7 +8,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
 # Copy the tracked and untracked-but-not-ignored files, not _output/.
-(cd "$ROOT" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$TMP")
+(cd "$ROOT" && git ls-files -co --exclude-standard -z | xargs -0 cp -P --parents -t "$TMP")
 (cd "$TMP" && hack/update-codegen.sh >/dev/null)
 
 status=0
