@@ -55,10 +55,14 @@ func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 		}
 	}
 	for _, r := range res.Fleets {
-		if r.FellOver != "" {
+		wayTitle := wayTitles[r.Way]
+		if r.FellOver != "" && r.Steady.Seconds == 0 {
 			fmt.Fprintf(&b, "| %s | %d × %d | %s | **fell over**: %s (%d of %d watches opened, %d pods created, steady window %s) | | | | | | | | | |\n",
-				r.Workload, r.Size, r.PerClient, wayTitles[r.Way], r.FellOver, r.WatchesOpen, r.Watches, r.PodsCreated, reachedSteady(&r))
+				r.Workload, r.Size, r.PerClient, wayTitle, r.FellOver, r.WatchesOpen, r.Watches, r.PodsCreated, reachedSteady(&r))
 			continue
+		}
+		if r.FellOver != "" {
+			wayTitle += ": **fell over**: " + strings.ReplaceAll(r.FellOver, "|", "/")
 		}
 		size := fmt.Sprintf("%d", r.Size)
 		switch r.Workload {
@@ -80,7 +84,7 @@ func fleetMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 			rate += " (**below the goal**)"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %.2f [%.2f] | %s | %.2f [%.2f] | %s | %.0f | %.1f / %.1f | %.1f / %.1f | %d | %d / %d / %d / %d | %d |\n",
-			r.Workload, size, wayTitles[r.Way], r.Steady.KubeCPUPerMin, r.Whole.KubeCPUPerMin, ratio(r.Steady.KubeCPUPerMin, kubeOf[key{r.Workload, r.Size, r.PerClient}]),
+			r.Workload, size, wayTitle, r.Steady.KubeCPUPerMin, r.Whole.KubeCPUPerMin, ratio(r.Steady.KubeCPUPerMin, kubeOf[key{r.Workload, r.Size, r.PerClient}]),
 			r.Steady.IndexCPUPerMin, r.Whole.IndexCPUPerMin, rate, r.Whole.IndexRSSMiB, r.P50ms, r.P99ms, r.ListP50ms, r.ListP99ms, r.Expected,
 			r.Missing, r.Duplicated, r.Unexpected, r.ViewMismatches, r.Writes)
 	}
@@ -146,7 +150,7 @@ func whoPays(b *strings.Builder, res *Results) {
 	}
 	kubeWay := map[key]FleetResult{}
 	for _, r := range res.Fleets {
-		if r.Way == wayKube && r.Size > 0 && r.FellOver == "" {
+		if r.Way == wayKube && r.Size > 0 && r.Steady.Seconds > 0 {
 			kubeWay[key{r.Workload, r.Size, r.PerClient}] = r
 		}
 	}
@@ -159,7 +163,7 @@ func whoPays(b *strings.Builder, res *Results) {
 		if r.Size == 0 {
 			continue
 		}
-		if r.FellOver != "" {
+		if r.FellOver != "" && r.Steady.Seconds == 0 {
 			fmt.Fprintf(b, "| %s | %d × %d | %s | **fell over** after %d of %d watches opened, %d pods created, steady window %s | | | | |\n",
 				r.Workload, r.Size, r.PerClient, wayTitles[r.Way], r.WatchesOpen, r.Watches, r.PodsCreated, reachedSteady(&r))
 			continue
@@ -183,7 +187,11 @@ func whoPays(b *strings.Builder, res *Results) {
 		if ok {
 			br += " (" + ratio(both, kubeBoth) + ")"
 		}
-		fmt.Fprintf(b, "| %s | %d × %d | %s | %s | %s | %d | %s | %s |\n", r.Workload, r.Size, r.PerClient, wayTitles[r.Way], kr, ir, r.PassedThrough, vs, br)
+		title := wayTitles[r.Way]
+		if r.FellOver != "" {
+			title += " (**fell over**)"
+		}
+		fmt.Fprintf(b, "| %s | %d × %d | %s | %s | %s | %d | %s | %s |\n", r.Workload, r.Size, r.PerClient, title, kr, ir, r.PassedThrough, vs, br)
 	}
 }
 

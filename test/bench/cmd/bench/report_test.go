@@ -116,3 +116,30 @@ func TestWhoPays(t *testing.T) {
 		}
 	}
 }
+
+// TestFellOverByErrors: a way whose servers failed requests fell over (a
+// result), except in -smoke; lost events without a failed request are not.
+func TestFellOverByErrors(t *testing.T) {
+	r := &FleetResult{WatchErrors: 3, Tally: Tally{Missing: 10}, FirstError: "watch ended: EOF"}
+	noteFellOver(options{}, r)
+	if !strings.Contains(r.FellOver, "3 watch errors") {
+		t.Errorf("FellOver %q", r.FellOver)
+	}
+	res := &Results{}
+	checkFleet(options{}, r, res)
+	if len(res.Failures) != 0 {
+		t.Errorf("a way that fell over failed the run: %v", res.Failures)
+	}
+	smoke := &FleetResult{WatchErrors: 3}
+	noteFellOver(options{smoke: true}, smoke)
+	checkFleet(options{smoke: true}, smoke, res)
+	if smoke.FellOver != "" || len(res.Failures) != 1 {
+		t.Errorf("-smoke: FellOver %q, failures %v", smoke.FellOver, res.Failures)
+	}
+	lost := &FleetResult{Tally: Tally{Missing: 1}}
+	noteFellOver(options{}, lost)
+	checkFleet(options{}, lost, res)
+	if lost.FellOver != "" || len(res.Failures) != 2 {
+		t.Errorf("lost events without errors: FellOver %q, failures %v", lost.FellOver, res.Failures)
+	}
+}

@@ -119,10 +119,24 @@ func eachWay(ctx context.Context, s *stackInfo, o options, res *Results, workloa
 		if err != nil {
 			return fmt.Errorf("%s %d %s: %w", workload, size, way, err)
 		}
+		noteFellOver(o, r)
 		res.Fleets = append(res.Fleets, *r)
 		checkFleet(o, r, res)
 	}
 	return nil
+}
+
+// noteFellOver marks a way that ran to its end but whose servers failed
+// requests (watches ended, LISTs or writes refused or timed out) as fallen
+// over: its events were lost with the failed requests, and that is a
+// result of the way at this size. Lost events without a failed request are
+// not, and -smoke fails on either.
+func noteFellOver(o options, r *FleetResult) {
+	if o.smoke || r.FellOver != "" || r.WatchErrors+r.ListErrors+r.WriteErrors == 0 {
+		return
+	}
+	r.FellOver = fmt.Sprintf("%d watch errors, %d LIST errors, %d write errors, %d events missing (first error: %s)",
+		r.WatchErrors, r.ListErrors, r.WriteErrors, r.Missing, r.FirstError)
 }
 
 // checkFleet notes a failure: lost, duplicated or unexpected events, views
