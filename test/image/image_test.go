@@ -161,6 +161,65 @@ func image(t *testing.T, dir string) (descriptor, manifest, config) {
 	return md, m, c
 }
 
+// TestMultiPlatform: with more than one platform the layout holds an image
+// index with one image per platform, each of its own architecture.
+func TestMultiPlatform(t *testing.T) {
+	builder := filepath.Join(t.TempDir(), "image-builder")
+	if b, err := exec.Command("go", "build", "-o", builder, filepath.Join(root, "hack", "image")).CombinedOutput(); err != nil {
+		t.Fatalf("go build ./hack/image: %v\n%s", err, b)
+	}
+	out := filepath.Join(t.TempDir(), "image")
+	cmd := exec.Command(builder, "-out", out, "-tag", "test", "-platforms", "linux/amd64,linux/arm64", "-package", "./test/image/testdata/hello")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/image: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var top index
+	readJSON(t, b, &top)
+	if len(top.Manifests) != 1 || top.Manifests[0].MediaType != "application/vnd.oci.image.index.v1+json" {
+		t.Fatalf("index.json: %s", b)
+	}
+	var idx struct {
+		Manifests []struct {
+			descriptor
+			Platform struct {
+				OS           string `json:"os"`
+				Architecture string `json:"architecture"`
+			} `json:"platform"`
+		} `json:"manifests"`
+	}
+	readJSON(t, blob(t, out, top.Manifests[0]), &idx)
+	var got []string
+	for _, m := range idx.Manifests {
+		var mf manifest
+		readJSON(t, blob(t, out, m.descriptor), &mf)
+		var c config
+		readJSON(t, blob(t, out, mf.Config), &c)
+		if c.OS != m.Platform.OS || c.Architecture != m.Platform.Architecture {
+			t.Errorf("index says %s/%s, the image's config %s/%s", m.Platform.OS, m.Platform.Architecture, c.OS, c.Architecture)
+		}
+		got = append(got, c.OS+"/"+c.Architecture)
+		// The binary is built for that architecture.
+		rootfs := t.TempDir()
+		unpack(t, out, mf, c, rootfs)
+		f, err := elf.Open(filepath.Join(rootfs, "usr", "local", "bin", "index-apiserver"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[c.Architecture]; f.Machine != want {
+			t.Errorf("%s image: the binary is for %v", c.Architecture, f.Machine)
+		}
+		f.Close()
+	}
+	if !slices.Equal(got, []string{"linux/amd64", "linux/arm64"}) {
+		t.Errorf("platforms %q", got)
+	}
+}
+
 // cranePackage is the crane CLI docs/deploy.md pushes the layout with, at
 // the go-containerregistry version go.mod pins.
 const cranePackage = "github.com/google/go-containerregistry/cmd/crane@v0.22.1"
