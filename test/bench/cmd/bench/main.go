@@ -352,6 +352,8 @@ func run(ctx context.Context, o options) int {
 				if f := &res.Fleets[i]; f.StatusRate == 0 && f.Steady.Seconds > 0 {
 					f.StatusRate = o.fleetStatusRate * o.fleetDuration.Seconds() / f.Steady.Seconds
 				}
+				// Runs before ways that failed requests were called fallen over.
+				noteFellOver(o, &res.Fleets[i])
 			}
 			o.jsonOut = o.fromJSON
 			err = writeResults(o, res)
