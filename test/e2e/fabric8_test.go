@@ -77,7 +77,9 @@ func buildClient(t *testing.T, args ...string) string {
 // LIST polling, executor creates, deletes and status writes; Flink's task
 // manager list-then-watch, HA ConfigMap informer and Lease leader election.
 // The writes go through every client in turn. Every client's events and
-// final state must equal the oracle's.
+// final state must equal the oracle's, and kube-apiserver's audit log must
+// show the pod reads at the prefix never reaching it and the pod writes
+// arriving as the ServiceAccount.
 func TestFabric8SparkFlink(t *testing.T) {
 	for _, version := range fabric8Versions {
 		t.Run(version, func(t *testing.T) {
@@ -115,6 +117,7 @@ func TestFabric8SparkFlink(t *testing.T) {
 				t.Logf("stderr of the JVM:\n%s", stderr.String())
 			}
 			checkFabric8(t, seen)
+			checkPodReadsServedFromCache(t, "system:serviceaccount:"+ns+":spark")
 		})
 	}
 }
@@ -167,5 +170,30 @@ func checkFabric8(t *testing.T, seen []fabric8Seen) {
 		b, _ := json.MarshalIndent(seen, "", "  ")
 		_ = os.WriteFile(filepath.Join(stackDir, "fabric8-seen.json"), b, 0o644)
 		t.Logf("what every client saw: %s", filepath.Join(stackDir, "fabric8-seen.json"))
+	}
+}
+
+// checkPodReadsServedFromCache: in kube-apiserver's audit log, no pod read of
+// user reached kube-apiserver through index-apiserver (the prefix clients'
+// gets, lists and watches of pods were all answered from the cache), while
+// their pod writes did arrive, impersonating user.
+func checkPodReadsServedFromCache(t *testing.T, user string) {
+	t.Helper()
+	writes := 0
+	for _, ev := range readAudit(t) {
+		if ev.impersonated() != user || ev.resource() != "pods" {
+			continue
+		}
+		switch ev.Verb {
+		case "get", "list", "watch":
+			if ev.ObjectRef.Subresource == "" {
+				t.Errorf("a pod read through the prefix reached kube-apiserver: %v", ev)
+			}
+		default:
+			writes++
+		}
+	}
+	if writes == 0 {
+		t.Errorf("no pod write of %s through the prefix in kube-apiserver's audit log", user)
 	}
 }
