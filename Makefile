@@ -25,13 +25,15 @@ promtool:
 
 ## clients: build the unmodified clients the e2e tests run against the cluster proxy (once, cached
 ##          under _output/; hack/lib/clients.sh): test/clients/fabric8 with fabric8 7.4.0 (Spark 4.1.1's)
-##          and 8.0.0 and test/clients/client-java (io.kubernetes:client-java) from Maven Central into
-##          the local repository _output/m2; the `kubernetes` Python client from PyPI into a venv;
+##          and 8.0.0, test/clients/client-java (io.kubernetes:client-java) and test/clients/spark (a Spark
+##          4.1.1 driver: spark-core_2.13, spark-kubernetes_2.13) from Maven Central into the local
+##          repository _output/m2; the `kubernetes` Python client from PyPI into a venv;
 ##          kube-state-metrics v2.20.0 from the Go module proxy into _output/bin
 FABRIC8_VERSIONS = 7.4.0 8.0.0
 clients:
 	@set -e; for v in $(FABRIC8_VERSIONS); do hack/lib/clients.sh fabric8 $$v >/dev/null; done
 	@hack/lib/clients.sh client-java >/dev/null
+	@hack/lib/clients.sh spark >/dev/null
 	@hack/lib/clients.sh python >/dev/null
 	@hack/lib/clients.sh kube-state-metrics >/dev/null
 

@@ -6,6 +6,9 @@
 #                                (Maven Central, local repository _output/m2); prints its classpath
 #   clients.sh client-java       test/clients/client-java against io.kubernetes:client-java
 #                                CLIENT_JAVA_VERSION (27.0.0); prints its classpath
+#   clients.sh spark             test/clients/spark, a Spark driver against org.apache.spark:spark-core_2.13
+#                                and spark-kubernetes_2.13 SPARK_VERSION (4.1.1, the newest release of
+#                                both on Maven Central); prints its classpath
 #   clients.sh kube-state-metrics  k8s.io/kube-state-metrics/v2 at KSM_VERSION (v2.20.0), unmodified,
 #                                built from the Go module proxy into _output/bin; prints its path
 #   clients.sh python            hack/lib/python-client.sh: the official `kubernetes` client from
@@ -67,10 +70,11 @@ kube_state_metrics() {
 case "${1:-}" in
 fabric8) maven_module fabric8 fabric8.version "$2" ;;
 client-java) maven_module client-java client-java.version "${CLIENT_JAVA_VERSION:-27.0.0}" ;;
+spark) maven_module spark spark.version "${SPARK_VERSION:-4.1.1}" ;;
 kube-state-metrics) kube_state_metrics ;;
 python) exec "$ROOT/hack/lib/python-client.sh" ;;
 *)
-  echo "usage: $0 fabric8 VERSION | client-java | kube-state-metrics | python" >&2
+  echo "usage: $0 fabric8 VERSION | client-java | spark | kube-state-metrics | python" >&2
   exit 2
   ;;
 esac
