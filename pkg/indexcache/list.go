@@ -1,10 +1,11 @@
 package indexcache
 
 import (
+	stdheap "container/heap"
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/google/btree"
@@ -132,7 +133,7 @@ func isExpired(err error) bool {
 }
 
 // live is the current state. The index candidates are collected under the
-// read lock and sorted after it; the tree is cloned (O(1), copy-on-write)
+// read lock (a page picks its own from them, page); the tree is cloned (O(1), copy-on-write)
 // only when a scan or a later page may need it.
 func (c *Cache) live(pred *predicate, paged bool) view {
 	c.mu.RLock()
@@ -142,9 +143,6 @@ func (c *Cache) live(pred *predicate, paged bool) view {
 		v.tree = c.cloneTree()
 	}
 	c.mu.RUnlock()
-	if v.indexed {
-		v.candidates = sortCandidates(v.candidates)
-	}
 	return v
 }
 
@@ -234,12 +232,7 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 	}
 	if v.indexed {
 		res.Index = v.index
-		i := sort.Search(len(v.candidates), func(i int) bool { return v.candidates[i].key >= startKey })
-		for _, e := range v.candidates[i:] {
-			if !collect(e) {
-				break
-			}
-		}
+		matched = firstMatches(v.candidates, pred, startKey, limit)
 	} else {
 		scanned := 0
 		res.Index = c.scan(v.tree, pred, startKey, func(e *entry) bool { scanned++; return collect(e) })
@@ -279,4 +272,50 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 	}
 	c.keepSnapshot(v)
 	return res
+}
+
+// firstMatches picks, in key order, the first limit candidates (all for a
+// limit of 0) from startKey on that pred selects. Candidates come in no
+// order and possibly repeated (collect): a page keeps the limit smallest in
+// a heap, so its work is one predicate per candidate, not a sort of the
+// whole bucket.
+func firstMatches(cands []*entry, pred *predicate, startKey string, limit int64) []*entry {
+	if limit <= 0 {
+		var out []*entry
+		for _, e := range cands {
+			if e.key >= startKey && pred.matches(e) {
+				out = append(out, e)
+			}
+		}
+		return sortCandidates(out)
+	}
+	h := &keyHeap{}
+	in := map[string]bool{}
+	for _, e := range cands {
+		if e.key < startKey || (int64(len(*h)) >= limit && e.key >= (*h)[0].key) || in[e.key] || !pred.matches(e) {
+			continue
+		}
+		stdheap.Push(h, e)
+		in[e.key] = true
+		if int64(len(*h)) > limit {
+			delete(in, stdheap.Pop(h).(*entry).key)
+		}
+	}
+	out := []*entry(*h)
+	slices.SortFunc(out, func(a, b *entry) int { return strings.Compare(a.key, b.key) })
+	return out
+}
+
+// keyHeap is a max-heap of entries by key.
+type keyHeap []*entry
+
+func (h keyHeap) Len() int           { return len(h) }
+func (h keyHeap) Less(i, j int) bool { return h[i].key > h[j].key }
+func (h keyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *keyHeap) Push(x any)        { *h = append(*h, x.(*entry)) }
+func (h *keyHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
 }

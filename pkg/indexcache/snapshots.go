@@ -48,9 +48,6 @@ func (c *Cache) stateAt(rv uint64, pred *predicate) (view, error) {
 		v := view{tree: c.cloneTree(), rv: rv}
 		v.candidates, v.index, v.indexed = c.indexes.collect(pred)
 		c.mu.RUnlock()
-		if v.indexed {
-			v.candidates = sortCandidates(v.candidates)
-		}
 		return v, nil
 	}
 	events, _ := c.window.since(rv)
@@ -101,7 +98,7 @@ func (c *Cache) candidatesAt(v view, pred *predicate) view {
 			out = append(out, e)
 		}
 	}
-	v.candidates, v.index, v.indexed = sortCandidates(out), name, true
+	v.candidates, v.index, v.indexed = out, name, true
 	return v
 }
 
