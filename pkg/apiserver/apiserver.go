@@ -200,6 +200,7 @@ func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
 		NewFunc:                res.NewFunc,
 		Transform:              res.Transform,
 		Encoder:                encoded.Objects{},
+		Compaction:             encoded.Compaction{Scheme: Scheme, Version: v1alpha1.SchemeGroupVersion, New: res.NewFunc},
 		Fields:                 fields,
 		AlwaysIndexedFields:    res.AlwaysIndexed,
 		CurrentResourceVersion: func(ctx context.Context) (uint64, error) { return feed.CurrentResourceVersion(ctx) },

@@ -31,7 +31,42 @@ type entry struct {
 }
 
 // object hands the entry out.
-func (c *Cache) object(e *entry) *Object { return newObject(e.obj, &e.kept, c.cfg.Encoder) }
+func (c *Cache) object(e *entry) *Object {
+	if e.obj == nil {
+		return newCompactObject(func() runtime.Object { return c.decoded(e) }, &e.kept, c.cfg.Encoder)
+	}
+	return newObject(e.obj, &e.kept, c.cfg.Encoder)
+}
+
+// decoded is the entry's object: its own, or decoded from its compact
+// bytes (a copy the caller owns).
+func (c *Cache) decoded(e *entry) runtime.Object {
+	if e.obj != nil {
+		return e.obj
+	}
+	p := e.kept.first()
+	obj, err := c.cfg.Compaction.Expand(p.format, p.raw)
+	if err != nil {
+		// The bytes were made by Compact at ingest.
+		panic(fmt.Sprintf("indexcache: cannot decode %s: %v", e.key, err))
+	}
+	return obj
+}
+
+// compact drops e's decoded object for its bytes, when the cache holds
+// objects compact.
+func (c *Cache) compact(e *entry) error {
+	if c.cfg.Compaction == nil {
+		return nil
+	}
+	format, raw, err := c.cfg.Compaction.Compact(e.obj)
+	if err != nil {
+		return err
+	}
+	e.kept.add(format, raw)
+	e.obj = nil
+	return nil
+}
 
 func objectKey(namespace, name string) string {
 	if namespace == "" {
@@ -74,16 +109,18 @@ func (c *Cache) newEntry(obj runtime.Object) (*entry, error) {
 	for i, name := range c.fieldNames {
 		e.fields[i] = c.cfg.Fields[name](obj)
 	}
-	return e, nil
+	return e, c.compact(e)
 }
 
 // withRV returns a copy of e whose object carries another resourceVersion:
 // the final state of a deleted object, stamped with the deletion's RV.
-func withRV(e *entry, rv uint64) *entry {
-	return &entry{
+func (c *Cache) withRV(e *entry, rv uint64) *entry {
+	out := &entry{
 		key: e.key, namespace: e.namespace, name: e.name,
-		obj: withResourceVersion(e.obj, rv), rv: rv,
+		obj: withResourceVersion(c.decoded(e), rv), rv: rv,
 		labels: e.labels, fields: e.fields, uidHash: e.uidHash, nsHash: e.nsHash,
 		cell: e.cell,
 	}
+	_ = c.compact(out) // if it cannot be, it stays decoded
+	return out
 }

@@ -48,7 +48,7 @@ func (ev *storeEvent) goneObject(c *Cache) runtime.Object {
 			ev.goneObj = c.object(ev.cur)
 			return
 		}
-		ev.gone = withRV(ev.prev, ev.rv)
+		ev.gone = c.withRV(ev.prev, ev.rv)
 		ev.goneObj = c.object(ev.gone)
 	})
 	return ev.goneObj

@@ -61,7 +61,7 @@ func (i *ingest) List() []interface{} {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out := make([]interface{}, 0, c.tree.Len())
-	c.tree.Ascend(func(e *entry) bool { out = append(out, e.obj); return true })
+	c.tree.Ascend(func(e *entry) bool { out = append(out, c.decoded(e)); return true })
 	return out
 }
 
@@ -87,7 +87,7 @@ func (i *ingest) GetByKey(key string) (interface{}, bool, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if e, ok := c.tree.Get(&entry{key: key}); ok {
-		return e.obj, true, nil
+		return c.decoded(e), true, nil
 	}
 	return nil, false, nil
 }
@@ -201,7 +201,7 @@ func (c *Cache) settleTombstones(upTo uint64) {
 			c.mu.Unlock()
 			continue
 		}
-		ev := &storeEvent{typ: watch.Deleted, prev: prev, cur: withRV(prev, rv), rv: rv}
+		ev := &storeEvent{typ: watch.Deleted, prev: prev, cur: c.withRV(prev, rv), rv: rv}
 		c.commitLocked(ev)
 		objects := c.tree.Len()
 		c.mu.Unlock()

@@ -31,11 +31,13 @@ import (
 // cachingObject does.
 type Object struct {
 	mu      sync.RWMutex
-	obj     runtime.Object
+	obj     runtime.Object // nil while the entry is held compact
 	meta    metav1.Object
 	private bool  // obj is the wrapper's own copy
 	kept    *kept // the entry's; nil once private
 	enc     Encoder
+	// expand decodes a compact entry (Config.Compaction).
+	expand func() runtime.Object
 }
 
 // Encoder writes held objects in the serving layer's wire formats, keeping
@@ -93,6 +95,14 @@ func (k *kept) add(format string, raw []byte) []byte {
 	}
 }
 
+// first is the piece kept first: a compact entry's full form.
+func (k *kept) first() piece {
+	if p := k.pieces.Load(); p != nil && len(*p) > 0 {
+		return (*p)[0]
+	}
+	return piece{}
+}
+
 // size is the bytes kept, for the memory accounting of benchmarks.
 func (k *kept) size() int {
 	n := 0
@@ -113,6 +123,29 @@ var (
 // NewObject holds obj outside any cache (tests, objects read elsewhere):
 // its serializations are kept with it while it lives.
 func NewObject(obj runtime.Object, enc Encoder) *Object { return newObject(obj, &kept{}, enc) }
+
+// newCompactObject hands out an entry held compact: decoded on demand.
+func newCompactObject(expand func() runtime.Object, k *kept, enc Encoder) *Object {
+	return &Object{kept: k, enc: enc, expand: expand}
+}
+
+// ensure decodes a compact object for the readers that need it whole
+// (metadata getters, setters, copies); encoders use Decoded.
+func (o *Object) ensure() {
+	o.mu.RLock()
+	done := o.obj != nil
+	o.mu.RUnlock()
+	if done {
+		return
+	}
+	obj := o.expand()
+	o.mu.Lock()
+	if o.obj == nil {
+		o.obj = obj
+		o.meta, _ = meta.Accessor(obj)
+	}
+	o.mu.Unlock()
+}
 
 func newObject(obj runtime.Object, k *kept, enc Encoder) *Object {
 	m, err := meta.Accessor(obj)
@@ -165,10 +198,18 @@ func (o *Object) Kept(format string, make func() ([]byte, error)) ([]byte, error
 // Decoded returns the object for an encoder: a shallow copy, since encoders
 // stamp apiVersion and kind on what they get. It shares everything else
 // with the cache: read only.
+//
+// A compact object is decoded for each call and kept nowhere: that is what
+// an encoder gets the first time it is asked for a format, after which it
+// is written from kept bytes.
 func (o *Object) Decoded() runtime.Object {
 	o.mu.RLock()
-	defer o.mu.RUnlock()
-	return shallowCopy(o.obj)
+	obj := o.obj
+	o.mu.RUnlock()
+	if obj == nil {
+		return o.expand()
+	}
+	return shallowCopy(obj)
 }
 
 // WriteRaw writes kept bytes, without copying them when w can splice.
@@ -183,12 +224,14 @@ func WriteRaw(w io.Writer, raw []byte) error {
 
 // GetObject returns a copy the caller owns.
 func (o *Object) GetObject() runtime.Object {
+	o.ensure()
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	return o.obj.DeepCopyObject()
 }
 
 func (o *Object) DeepCopyObject() runtime.Object {
+	o.ensure()
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	return newObject(o.obj.DeepCopyObject(), nil, o.enc)
@@ -199,6 +242,7 @@ func (o *Object) DeepCopyObject() runtime.Object {
 func (o *Object) GetObjectKind() schema.ObjectKind { return o }
 
 func (o *Object) GroupVersionKind() schema.GroupVersionKind {
+	o.ensure()
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	return o.obj.GetObjectKind().GroupVersionKind()
@@ -211,6 +255,7 @@ func (o *Object) SetGroupVersionKind(gvk schema.GroupVersionKind) {
 
 // set applies a change unless it is a no-op, on a private copy.
 func (o *Object) set(noop func() bool, apply func()) {
+	o.ensure()
 	o.mu.RLock()
 	same := noop()
 	o.mu.RUnlock()
@@ -232,6 +277,7 @@ func (o *Object) set(noop func() bool, apply func()) {
 }
 
 func (o *Object) get() metav1.Object {
+	o.ensure()
 	o.mu.RLock()
 	defer o.mu.RUnlock()
 	return o.meta

@@ -35,6 +35,10 @@ type Config struct {
 	// object the cache stores and serves (e.g. *indexing.Pod). It runs once per
 	// object at ingest and must drop managedFields.
 	Transform func(obj interface{}) (runtime.Object, error)
+	// Compaction, if set, holds each object version as bytes (and what its
+	// indexes and selectors need decoded) instead of the decoded object,
+	// which is decoded on demand.
+	Compaction Compaction
 	// Encoder writes held objects in the serving layer's wire formats and
 	// decides what of it is kept with each object version (object.go). Nil
 	// keeps each encoder's output whole.
@@ -76,6 +80,14 @@ type Config struct {
 
 	// Clock is injectable for tests; the real clock by default.
 	Clock clock.WithTicker
+}
+
+// Compaction turns objects into bytes and back. Its bytes are kept with
+// the entry under the format Compact names, as an Encoder's pieces are, so
+// an Encoder that keeps the same format writes them as they are.
+type Compaction interface {
+	Compact(obj runtime.Object) (format string, raw []byte, err error)
+	Expand(format string, raw []byte) (runtime.Object, error)
 }
 
 // ListOptions selects what List returns.
