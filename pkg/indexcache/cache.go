@@ -3,6 +3,7 @@ package indexcache
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,7 @@ type Cache struct {
 	resource   string
 	fieldNames []string       // selectable fields, sorted; entry.fields is by this order
 	fieldIDs   map[string]int // field path -> ordinal
+	objType    reflect.Type   // of NewFunc's objects
 	m          *cacheMetrics
 	advice     *adviceTracker // advice.go
 
@@ -169,6 +171,7 @@ func New(cfg Config) (*Cache, error) {
 
 		bookmarkSlices: bookmarkSlicesFor(cfg.BookmarkInterval),
 	}
+	c.objType = reflect.TypeOf(cfg.NewFunc())
 	for name := range cfg.Fields {
 		c.fieldNames = append(c.fieldNames, name)
 	}

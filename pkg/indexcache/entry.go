@@ -33,7 +33,7 @@ type entry struct {
 // object hands the entry out.
 func (c *Cache) object(e *entry) *Object {
 	if e.obj == nil {
-		return newCompactObject(func() runtime.Object { return c.decoded(e) }, &e.kept, c.cfg.Encoder)
+		return newCompactObject(func() runtime.Object { return c.decoded(e) }, c.objType, &e.kept, c.cfg.Encoder)
 	}
 	return newObject(e.obj, &e.kept, c.cfg.Encoder)
 }

@@ -3,6 +3,7 @@ package indexcache
 import (
 	"bytes"
 	"io"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -38,6 +39,7 @@ type Object struct {
 	enc     Encoder
 	// expand decodes a compact entry (Config.Compaction).
 	expand func() runtime.Object
+	typ    reflect.Type // of the decoded object
 }
 
 // Encoder writes held objects in the serving layer's wire formats, keeping
@@ -125,8 +127,18 @@ var (
 func NewObject(obj runtime.Object, enc Encoder) *Object { return newObject(obj, &kept{}, enc) }
 
 // newCompactObject hands out an entry held compact: decoded on demand.
-func newCompactObject(expand func() runtime.Object, k *kept, enc Encoder) *Object {
-	return &Object{kept: k, enc: enc, expand: expand}
+func newCompactObject(expand func() runtime.Object, typ reflect.Type, k *kept, enc Encoder) *Object {
+	return &Object{kept: k, enc: enc, expand: expand, typ: typ}
+}
+
+// Type is the Go type of the decoded object, known without decoding it.
+func (o *Object) Type() reflect.Type {
+	if o.typ != nil {
+		return o.typ
+	}
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return reflect.TypeOf(o.obj)
 }
 
 // ensure decodes a compact object for the readers that need it whole

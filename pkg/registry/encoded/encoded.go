@@ -65,8 +65,7 @@ var errShape = errors.New("output does not have the encoder's learned shape")
 // CacheEncode writes o as encode would, from o's kept body when it has one
 // in this encoder's format.
 func (Objects) CacheEncode(o *indexcache.Object, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
-	obj := o.Decoded()
-	sh, err := shapeFor(id, obj, encode)
+	sh, err := shapeFor(id, o.Type(), encode)
 	if err != nil {
 		return err
 	}
@@ -74,9 +73,9 @@ func (Objects) CacheEncode(o *indexcache.Object, id runtime.Identifier, encode f
 	case sh.frame:
 		return encode(o, w)
 	case sh.format == "":
-		return encode(obj, w)
+		return encode(o.Decoded(), w)
 	}
-	body, direct, err := keptBody(o, sh, obj, encode)
+	body, direct, err := keptBody(o, sh, encode)
 	if err != nil {
 		return err
 	}
@@ -89,23 +88,22 @@ func (Objects) CacheEncode(o *indexcache.Object, id runtime.Identifier, encode f
 // Body returns o's kept body in the format of the encoder id, and that
 // format; ok is false when that encoder's output is not kept.
 func Body(o *indexcache.Object, id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (body []byte, format string, ok bool, err error) {
-	obj := o.Decoded()
-	sh, err := shapeFor(id, obj, encode)
+	sh, err := shapeFor(id, o.Type(), encode)
 	if err != nil || sh.frame || sh.format == "" {
 		return nil, "", false, err
 	}
-	body, direct, err := keptBody(o, sh, obj, encode)
+	body, direct, err := keptBody(o, sh, encode)
 	if err != nil || direct != nil {
 		return nil, "", false, err
 	}
 	return body, sh.format, true, nil
 }
 
-// shapeFor returns the shape of encoder id for obj's type, learned the
-// first time from the encoder's output for an empty object of the type
+// shapeFor returns the shape of encoder id for objects of type t, learned
+// the first time from the encoder's output for an empty object of the type
 // (kind, apiVersion and envelope do not depend on the object).
-func shapeFor(id runtime.Identifier, obj runtime.Object, encode func(runtime.Object, io.Writer) error) (*shape, error) {
-	key := shapeKey{id: id, t: reflect.TypeOf(obj)}
+func shapeFor(id runtime.Identifier, t reflect.Type, encode func(runtime.Object, io.Writer) error) (*shape, error) {
+	key := shapeKey{id: id, t: t}
 	if sh, ok := shapes.Load(key); ok {
 		return sh.(*shape), nil
 	}
@@ -127,10 +125,10 @@ func shapeFor(id runtime.Identifier, obj runtime.Object, encode func(runtime.Obj
 
 // keptBody returns o's body in sh's format, encoding it the first time; an
 // output not of sh's shape comes back whole as direct, kept nowhere.
-func keptBody(o *indexcache.Object, sh *shape, obj runtime.Object, encode func(runtime.Object, io.Writer) error) (body, direct []byte, err error) {
+func keptBody(o *indexcache.Object, sh *shape, encode func(runtime.Object, io.Writer) error) (body, direct []byte, err error) {
 	body, err = o.Kept(sh.format, func() ([]byte, error) {
 		var buf bytes.Buffer
-		if err := encode(obj, &buf); err != nil {
+		if err := encode(o.Decoded(), &buf); err != nil {
 			return nil, err
 		}
 		b, ok := sh.body(buf.Bytes())

@@ -129,6 +129,7 @@ func install(t *testing.T, root string, gv schema.GroupVersion, scheme *runtime.
 type servers struct {
 	core, mirror *httptest.Server
 	encodes      *podEncodes
+	expands      atomic.Int64 // pods decoded from their held bytes
 	ingest       indexcache.IngestStore
 	pods         []*corev1.Pod
 }
@@ -143,13 +144,14 @@ func serve(t *testing.T) *servers {
 	for name, fn := range indexing.PodFields {
 		fields[name] = indexcache.FieldFunc(fn)
 	}
+	s := &servers{encodes: &podEncodes{}}
 	cache, err := indexcache.New(indexcache.Config{
 		GroupResource:       indexing.Resource("pods"),
 		Namespaced:          true,
 		NewFunc:             func() runtime.Object { return &indexing.Pod{} },
 		Transform:           upstream.Pods.Transform,
 		Encoder:             encoded.Objects{},
-		Compaction:          compaction(),
+		Compaction:          compaction(&s.expands),
 		Fields:              fields,
 		AlwaysIndexedFields: upstream.Pods.AlwaysIndexed,
 		FreshnessTimeout:    time.Second,
@@ -158,7 +160,7 @@ func serve(t *testing.T) *servers {
 		t.Fatal(err)
 	}
 	t.Cleanup(cache.Stop)
-	s := &servers{encodes: &podEncodes{}, ingest: cache.Ingest()}
+	s.ingest = cache.Ingest()
 	var objs []interface{}
 	for i := range pods {
 		p := realistic.SparkExecutorPod("spark", i/10, "spark-pi-driver", "5a3c0000-0000-4000-8000-000000000007", i%10, realistic.NodeName(i))
@@ -188,9 +190,20 @@ func serve(t *testing.T) *servers {
 	return s
 }
 
-// compaction is how the server holds pods: as their protobuf message.
-func compaction() indexcache.Compaction {
-	return encoded.Compaction{Scheme: apiserver.Scheme, Version: v1alpha1.SchemeGroupVersion, New: func() runtime.Object { return &indexing.Pod{} }}
+// countingCompaction is the server's compaction (pods held as their
+// protobuf message), counting the decodes.
+type countingCompaction struct {
+	encoded.Compaction
+	expands *atomic.Int64
+}
+
+func (c countingCompaction) Expand(format string, raw []byte) (runtime.Object, error) {
+	c.expands.Add(1)
+	return c.Compaction.Expand(format, raw)
+}
+
+func compaction(expands *atomic.Int64) indexcache.Compaction {
+	return countingCompaction{encoded.Compaction{Scheme: apiserver.Scheme, Version: v1alpha1.SchemeGroupVersion, New: func() runtime.Object { return &indexing.Pod{} }}, expands}
 }
 
 func withUser(h http.Handler) http.Handler {
@@ -275,6 +288,7 @@ func TestEveryReadWritesKeptBytes(t *testing.T) {
 			t.Fatalf("%s: the first LIST encoded %d pods, want %d", accept, n, first)
 		}
 		before = encodes()
+		decodes := s.expands.Load()
 		get(t, s.core, corePods, accept)
 		get(t, s.mirror, mirrorPods, accept)
 		get(t, s.core, corePods+"?limit=7", accept)
@@ -283,6 +297,9 @@ func TestEveryReadWritesKeptBytes(t *testing.T) {
 		get(t, s.mirror, mirrorPods+"/"+s.pods[3].Name, accept)
 		if n := encodes() - before; n != 0 {
 			t.Fatalf("%s: LISTs and GETs of both views encoded %d pods again, want 0", accept, n)
+		}
+		if n := s.expands.Load() - decodes; n != 0 {
+			t.Fatalf("%s: LISTs and GETs of kept bodies decoded %d pods, want 0", accept, n)
 		}
 	}
 
