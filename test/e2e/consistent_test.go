@@ -239,7 +239,7 @@ func TestConsistentPageTooLateForTheCache(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
 	ns, bump := quietPods(t, ctx, admin, "consistent-late")
-	port, _ := startReplica(t, "index-apiserver-late", "--freshness-timeout=200ms")
+	port, _ := startReplica(t, "index-apiserver-late", "--freshness-timeout=1ms")
 	replica := newClients(t, stack.IndexAPIServerConfig(port))
 	path := "/apis/indexing.k8s.io/v1alpha1/namespaces/" + ns + "/pods"
 	metric := "index_apiserver_consistent_reads_from_upstream_total" + podsSeries
@@ -247,7 +247,7 @@ func TestConsistentPageTooLateForTheCache(t *testing.T) {
 
 	page := readQuietPods(t, ctx, replica, "first page after a write", path+"?limit=1", bump())
 	if len(page.Items) != 3 {
-		t.Fatalf("got a page of %d: the cache was proven fresh within 200 ms, which this test assumes it cannot be", len(page.Items))
+		t.Fatalf("got a page of %d: the cache was proven fresh within 1 ms, which this test assumes it cannot be", len(page.Items))
 	}
 	want, code, body := admin.listAll(ctx, "/api/v1/namespaces/"+ns+"/pods", nil)
 	if code != http.StatusOK {
