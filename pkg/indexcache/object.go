@@ -56,6 +56,9 @@ type Encoder interface {
 // for), added once, read without locks.
 type kept struct {
 	pieces atomic.Pointer[[]piece]
+	// making is held while a missing piece is made, so that watchers
+	// writing one new version at once encode it once, not once each.
+	making sync.Mutex
 }
 
 type piece struct {
@@ -197,8 +200,16 @@ func (o *Object) Kept(format string, make func() ([]byte, error)) ([]byte, error
 			return raw, nil
 		}
 	}
+	if k == nil {
+		return make()
+	}
+	k.making.Lock()
+	defer k.making.Unlock()
+	if raw := k.get(format); raw != nil {
+		return raw, nil
+	}
 	raw, err := make()
-	if err != nil || k == nil {
+	if err != nil {
 		return raw, err
 	}
 	if raw == nil {
