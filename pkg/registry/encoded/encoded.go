@@ -111,6 +111,13 @@ func shapeFor(id runtime.Identifier, t reflect.Type, encode func(runtime.Object,
 		sh, _ := shapes.LoadOrStore(key, &shape{frame: true})
 		return sh.(*shape), nil
 	}
+	if converts(id) {
+		// Its output is another object (a Table row, metadata), never a
+		// kept body; and it is stateful (column definitions go with its
+		// first output only), so a probe would take the first event's.
+		sh, _ := shapes.LoadOrStore(key, &shape{})
+		return sh.(*shape), nil
+	}
 	probe, ok := reflect.New(key.t.Elem()).Interface().(runtime.Object)
 	if !ok {
 		return &shape{}, nil
@@ -152,6 +159,17 @@ func isFrame(id runtime.Identifier) bool {
 		Name string `json:"name"`
 	}
 	return json.Unmarshal([]byte(id), &v) == nil && v.Name == "watch"
+}
+
+// converts tells whether id is the watch handler's embedded encoder with a
+// conversion target (as=Table, PartialObjectMetadata): it transforms each
+// object before encoding it.
+func converts(id runtime.Identifier) bool {
+	var v struct {
+		Name   string `json:"name"`
+		Target string `json:"target"`
+	}
+	return json.Unmarshal([]byte(id), &v) == nil && v.Name == "watch-embedded" && v.Target != ""
 }
 
 // learn finds the shape of out, an encoder's output for an object of kind.

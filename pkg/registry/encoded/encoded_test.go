@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -236,9 +237,18 @@ func get(t *testing.T, srv *httptest.Server, path, accept string) []byte {
 // watchJSON opens a JSON watch and returns its events' lines as they come.
 func watchJSON(t *testing.T, srv *httptest.Server, path string) <-chan string {
 	t.Helper()
+	return watchAs(t, srv, path, "")
+}
+
+// watchAs is watchJSON with an Accept header (none if empty).
+func watchAs(t *testing.T, srv *httptest.Server, path, accept string) <-chan string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
 	resp, err := srv.Client().Do(req)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("watch %s: %v %v", path, resp, err)
@@ -429,6 +439,33 @@ func TestTablesOfHeldObjects(t *testing.T) {
 		body := string(get(t, s.core, path, table))
 		if !strings.Contains(body, `"kind":"Table"`) || !strings.Contains(body, s.pods[2].Name) {
 			t.Fatalf("%s as Table: %s", path, body)
+		}
+	}
+}
+
+// TestTableWatchColumnsOnFirstEvent: a Table watch (kubectl get -w) has
+// column definitions on its first event only, as kube-apiserver's. The
+// embedded encoder is stateful, so learning its output's shape from a probe
+// took them from the first event (e2e TestCoreTablesAsKube/aggregator/watch).
+func TestTableWatchColumnsOnFirstEvent(t *testing.T) {
+	s := serve(t)
+	const table = "application/json;as=Table;v=v1;g=meta.k8s.io"
+	for _, srv := range []*httptest.Server{s.core, s.mirror} {
+		path := "/api/v1/namespaces/spark/pods?watch=true&resourceVersion=0"
+		if srv == s.mirror {
+			path = "/apis/indexing.k8s.io/v1alpha1/namespaces/spark/pods?watch=true&resourceVersion=0"
+		}
+		events := watchAs(t, srv, path, table)
+		for i := 0; i < len(s.pods); i++ {
+			var ev struct {
+				Object metav1.Table `json:"object"`
+			}
+			if err := json.Unmarshal([]byte(next(t, events)), &ev); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(ev.Object.ColumnDefinitions) > 0; got != (i == 0) || len(ev.Object.Rows) != 1 {
+				t.Fatalf("%s event %d: %d column definitions, %d rows; want columns on the first event only and one row each", path, i, len(ev.Object.ColumnDefinitions), len(ev.Object.Rows))
+			}
 		}
 	}
 }
