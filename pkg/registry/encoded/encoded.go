@@ -107,11 +107,12 @@ func shapeFor(id runtime.Identifier, t reflect.Type, encode func(runtime.Object,
 	if sh, ok := shapes.Load(key); ok {
 		return sh.(*shape), nil
 	}
-	if isFrame(id) {
+	name, target := identify(id)
+	if name == "watch" {
 		sh, _ := shapes.LoadOrStore(key, &shape{frame: true})
 		return sh.(*shape), nil
 	}
-	if converts(id) {
+	if name == "watch-embedded" && target != "" {
 		// Its output is another object (a Table row, metadata), never a
 		// kept body; and it is stateful (column definitions go with its
 		// first output only), so a probe would take the first event's.
@@ -151,25 +152,19 @@ func keptBody(o *indexcache.Object, sh *shape, encode func(runtime.Object, io.Wr
 	return body, nil, err
 }
 
-// isFrame tells whether id is the watch handler's event encoder, which
-// encodes the event's object through the embedded encoder's CacheEncode.
-// Identifiers are JSON documents naming their encoder.
-func isFrame(id runtime.Identifier) bool {
-	var v struct {
-		Name string `json:"name"`
-	}
-	return json.Unmarshal([]byte(id), &v) == nil && v.Name == "watch"
-}
-
-// converts tells whether id is the watch handler's embedded encoder with a
-// conversion target (as=Table, PartialObjectMetadata): it transforms each
-// object before encoding it.
-func converts(id runtime.Identifier) bool {
+// identify reads what the handlers' identifiers (JSON documents) name:
+// "watch" is the watch handler's event encoder, which encodes the event's
+// object through the embedded encoder's CacheEncode; "watch-embedded" with a
+// target converts each object (as=Table, PartialObjectMetadata) first.
+func identify(id runtime.Identifier) (name, target string) {
 	var v struct {
 		Name   string `json:"name"`
 		Target string `json:"target"`
 	}
-	return json.Unmarshal([]byte(id), &v) == nil && v.Name == "watch-embedded" && v.Target != ""
+	if json.Unmarshal([]byte(id), &v) != nil {
+		return "", ""
+	}
+	return v.Name, v.Target
 }
 
 // learn finds the shape of out, an encoder's output for an object of kind.
