@@ -21,6 +21,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${OUT:-$ROOT/_output}
 M2=$OUT/m2
+source "$ROOT/hack/lib/go-tool.sh"
 
 # stamp FILES...: a hash of the inputs, the cache key of a build.
 stamp() {
@@ -44,37 +45,25 @@ maven_module() {
   echo "$dir/classes:$(cat "$dir/classpath")"
 }
 
-# kube_state_metrics builds like test-binaries.sh builds etcd: a throwaway module that requires the
-# release, then go build of its main package. The version is the cache key.
+# kube_state_metrics builds the release with hack/lib/go-tool.sh (the version is the cache key)
+# and prints its path. Its `version` command reports what its own Makefile stamps there.
 kube_state_metrics() {
-  local version=${KSM_VERSION:-v2.20.0} bin=$OUT/bin/kube-state-metrics
-  if [ ! -x "$bin" ] || [ "$(cat "$bin.version" 2>/dev/null)" != "$version" ]; then
-    echo ">> building kube-state-metrics $version from the Go module proxy (once)" >&2
-    local dir=$OUT/build/kube-state-metrics
-    rm -rf "$dir" && mkdir -p "$dir" "$OUT/bin"
-    (
-      cd "$dir"
-      printf 'module local/ksmbuild\n\ngo 1.25\n' >go.mod
-      printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kube-state-metrics/v2"\n' >tools.go
-      go get "k8s.io/kube-state-metrics/v2@$version" >/dev/null 2>&1
-      go mod tidy >/dev/null 2>&1
-      go build -o "$bin.tmp" k8s.io/kube-state-metrics/v2
-    )
-    mv "$bin.tmp" "$bin"
-    echo "$version" >"$bin.version"
-  fi
-  echo "$bin"
+  local version=${KSM_VERSION:-v2.20.0}
+  build_go_tool kube-state-metrics k8s.io/kube-state-metrics/v2 "$version" k8s.io/kube-state-metrics/v2 \
+    -ldflags "-X github.com/prometheus/common/version.Version=$version"
+  echo "$OUT/bin/kube-state-metrics"
 }
 
-
-case "${1:-}" in
-fabric8) maven_module fabric8 fabric8.version "$2" ;;
-client-java) maven_module client-java client-java.version "${CLIENT_JAVA_VERSION:-27.0.0}" ;;
-spark) maven_module spark spark.version "${SPARK_VERSION:-4.1.1}" ;;
-kube-state-metrics) kube_state_metrics ;;
-python) exec "$ROOT/hack/lib/python-client.sh" ;;
-*)
-  echo "usage: $0 fabric8 VERSION | client-java | spark | kube-state-metrics | python" >&2
-  exit 2
-  ;;
-esac
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  case "${1:-}" in
+  fabric8) maven_module fabric8 fabric8.version "$2" ;;
+  client-java) maven_module client-java client-java.version "${CLIENT_JAVA_VERSION:-27.0.0}" ;;
+  spark) maven_module spark spark.version "${SPARK_VERSION:-4.1.1}" ;;
+  kube-state-metrics) kube_state_metrics ;;
+  python) exec "$ROOT/hack/lib/python-client.sh" ;;
+  *)
+    echo "usage: $0 fabric8 VERSION | client-java | spark | kube-state-metrics | python" >&2
+    exit 2
+    ;;
+  esac
+fi
