@@ -43,40 +43,13 @@ var (
 // index-apiserver's is installed), stopped when the test ends.
 func startControlPlane(t *testing.T) *localstack.Stack {
 	t.Helper()
-	base := filepath.Join(root, "_output", "e2e")
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(base, "helm-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	s, err := localstack.Up(ctx, localstack.Config{
+	return localstack.UpForTest(ctx, t, "helm-", localstack.Config{
 		RepoRoot:         root,
-		Dir:              dir,
 		ControlPlaneOnly: true,
-		DieWithParent:    true,
 		Timeout:          90 * time.Second,
-		Logf:             t.Logf,
 	})
-	if s != nil {
-		t.Cleanup(func() {
-			if err := s.Stop(); err != nil {
-				t.Errorf("stopping the stack: %v", err)
-			}
-			if !t.Failed() {
-				_ = os.RemoveAll(dir)
-			} else {
-				t.Logf("logs of the stack are in %s/logs", dir)
-			}
-		})
-	}
-	if err != nil {
-		t.Fatalf("starting etcd and kube-apiserver: %v (`make binaries` builds them)", err)
-	}
-	return s
 }
 
 // createNamespace creates the namespace the way docs/deploy.md does: with

@@ -424,40 +424,14 @@ func TestImage(t *testing.T) {
 
 	// A real start: the stack runs the image's binary; Up returns once the
 	// APIService is Available through kube-apiserver's aggregator.
-	base := filepath.Join(root, "_output", "e2e")
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(base, "image-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	s, err := localstack.Up(ctx, localstack.Config{
+	s := localstack.UpForTest(ctx, t, "image-", localstack.Config{
 		RepoRoot:             root,
-		Dir:                  dir,
 		IndexAPIServerBinary: bin,
 		SkipExamples:         true,
-		DieWithParent:        true,
 		Timeout:              90 * time.Second,
-		Logf:                 t.Logf,
 	})
-	if s != nil {
-		defer func() {
-			if err := s.Stop(); err != nil {
-				t.Errorf("stopping the stack: %v", err)
-			}
-			if !t.Failed() {
-				_ = os.RemoveAll(dir)
-			} else {
-				t.Logf("logs of the stack are in %s/logs", dir)
-			}
-		}()
-	}
-	if err != nil {
-		t.Fatalf("the stack with the image's binary: %v", err)
-	}
 	dyn, err := dynamic.NewForConfig(s.AdminConfig)
 	if err != nil {
 		t.Fatal(err)
