@@ -122,21 +122,44 @@ type podsAPI interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Pod, error)
 }
 
-// settle reads name back until kube-apiserver answers (the write's outcome).
-func (w *podWriter) settle(ctx context.Context, name string) (*corev1.Pod, bool) {
-	deadline := time.Now().Add(2 * time.Minute)
+// readBack reads name back until kube-apiserver answers, for at most
+// within: the outcome of a write whose answer was lost (found false: there
+// is no such pod). An error: no answer in time.
+func readBack(ctx context.Context, pods podsAPI, name string, within time.Duration) (p *corev1.Pod, found bool, err error) {
+	deadline := time.Now().Add(within)
 	for {
-		p, err := w.pods.Get(ctx, name, metav1.GetOptions{})
+		p, err = pods.Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case err == nil:
-			return p, true
+			return p, true, nil
 		case apierrors.IsNotFound(err):
-			return nil, false
+			return nil, false, nil
 		case time.Now().After(deadline):
-			w.t.Fatalf("reading %s back after a failed write: %v", name, err)
+			return nil, false, fmt.Errorf("reading %s back after a failed write: %w", name, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// setLabel patches one label of name; when the answer is lost, settle reads
+// the pod back to tell whether the label was written. ok false: it was not.
+func setLabel(ctx context.Context, pods podsAPI, settle func(context.Context, string) (*corev1.Pod, bool), name, key, value string) (p *corev1.Pod, ok bool) {
+	p, err := pods.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+key+`":"`+value+`"}}}`), metav1.PatchOptions{})
+	if err != nil {
+		if p, ok = settle(ctx, name); !ok || p.Labels[key] != value {
+			return nil, false
+		}
+	}
+	return p, true
+}
+
+// settle is readBack for 2 minutes; no answer fails the test.
+func (w *podWriter) settle(ctx context.Context, name string) (*corev1.Pod, bool) {
+	p, found, err := readBack(ctx, w.pods, name, 2*time.Minute)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return p, found
 }
 
 func (w *podWriter) write(ctx context.Context, n int) {
@@ -157,11 +180,9 @@ func (w *podWriter) write(ctx context.Context, n int) {
 		case r < 5:
 			j := w.rng.IntN(len(w.visible))
 			name := w.visible[j]
-			p, err := w.pods.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"gone":"true"}}}`), metav1.PatchOptions{})
-			if err != nil {
-				if p, ok = w.settle(ctx, name); !ok || p.Labels["gone"] != "true" {
-					continue
-				}
+			p, ok := setLabel(ctx, w.pods, w.settle, name, "gone", "true")
+			if !ok {
+				continue
 			}
 			w.log.add(watch.Deleted, name, p.ResourceVersion)
 			w.visible = append(w.visible[:j], w.visible[j+1:]...)
@@ -173,12 +194,9 @@ func (w *podWriter) write(ctx context.Context, n int) {
 			}
 		default:
 			name := w.visible[w.rng.IntN(len(w.visible))]
-			step := strconv.Itoa(w.seq)
-			p, err := w.pods.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"step":"`+step+`"}}}`), metav1.PatchOptions{})
-			if err != nil {
-				if p, ok = w.settle(ctx, name); !ok || p.Labels["step"] != step {
-					continue
-				}
+			p, ok := setLabel(ctx, w.pods, w.settle, name, "step", strconv.Itoa(w.seq))
+			if !ok {
+				continue
 			}
 			w.log.add(watch.Modified, name, p.ResourceVersion)
 		}

@@ -21,7 +21,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -134,33 +133,22 @@ func (w *soakWriter) soakLabels() map[string]string {
 	return map[string]string{"app": "other"}
 }
 
-// settle reads name back until kube-apiserver answers (the write's outcome).
+// settle is readBack for 3 minutes; no answer is an error of the test, and
+// the write is taken as not made.
 func (w *soakWriter) settle(ctx context.Context, name string) (*corev1.Pod, bool) {
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		p, err := w.pods.Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case err == nil:
-			return p, true
-		case apierrors.IsNotFound(err):
-			return nil, false
-		case time.Now().After(deadline):
-			w.t.Errorf("reading %s back after a failed write: %v", name, err)
-			return nil, false
-		}
-		time.Sleep(200 * time.Millisecond)
+	p, found, err := readBack(ctx, w.pods, name, 3*time.Minute)
+	if err != nil {
+		w.t.Error(err)
 	}
+	return p, found
 }
 
 // patchLabel sets one label and records the write; false if it did not
 // happen.
 func (w *soakWriter) patchLabel(ctx context.Context, name, key, value string) bool {
-	p, err := w.pods.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+key+`":"`+value+`"}}}`), metav1.PatchOptions{})
-	if err != nil {
-		var ok bool
-		if p, ok = w.settle(ctx, name); !ok || p.Labels[key] != value {
-			return false
-		}
+	p, ok := setLabel(ctx, w.pods, w.settle, name, key, value)
+	if !ok {
+		return false
 	}
 	if rv, _ := strconv.ParseUint(p.ResourceVersion, 10, 64); rv <= w.log.lastRV() {
 		return true // the label had that value already: no write
