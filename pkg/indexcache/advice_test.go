@@ -10,11 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
 	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
@@ -44,13 +44,13 @@ func hundredPods() []*indexing.Pod {
 	return pods
 }
 
-func findAdvice(as []Advice, index string) (Advice, bool) {
+func findAdvice(as []advice.Advice, index string) (advice.Advice, bool) {
 	for _, a := range as {
 		if a.Index == index {
 			return a, true
 		}
 	}
-	return Advice{}, false
+	return advice.Advice{}, false
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
@@ -110,22 +110,24 @@ func TestIndexAdvice(t *testing.T) {
 		}
 	}
 	as := c.IndexAdvice()
-	// A zero age counts as the minimum window.
-	win := (&adviceEntry{first: clk.Now()}).window(clk.Now())
+	// The rates share one window, which package advice tests: each is
+	// checked against the LISTs'. The namespace watcher's own initial state
+	// scanned ns0 (50 pods) and returned none (the a1 pods are in ns1): 6
+	// scanning reads, 5*90+50 objects passed over, and half the 20 events
+	// offered to a watcher an index would spare them.
 	a, ok := findAdvice(as, "label:app")
 	if !ok {
 		t.Fatalf("no advice for label:app: %+v", as)
 	}
-	// The namespace watcher's own initial state scanned ns0 (50 pods) and
-	// returned none (the a1 pods are in ns1).
-	if !a.Label || a.Key != "app" || a.Watchers != 1 ||
-		!near(a.ScannedPerSecond, (5*90+50)/win) || !near(a.ListsPerSecond, 6/win) || !near(a.OffersPerSecond, 20*0.5/win) {
-		t.Errorf("label:app advice %+v; want scanned %v/s, lists %v/s, offers %v/s, 1 watcher", a, (5*90+50)/win, 6/win, 10/win)
+	if !a.Label || a.Key != "app" || a.Watchers != 1 || a.ListsPerSecond <= 0 ||
+		!near(a.ScannedPerSecond/a.ListsPerSecond, (5*90+50)/6.0) || !near(a.OffersPerSecond/a.ListsPerSecond, 20*0.5/6) {
+		t.Errorf("label:app advice %+v; want per LIST %v scanned and %v offers, 1 watcher", a, (5*90+50)/6.0, 20*0.5/6)
 	}
+	// Its initial state (1 read) scanned 100 and returned none; it was offered every event.
 	p, ok := findAdvice(as, "field:status.phase")
-	// Its initial state scanned 100 and returned none.
-	if !ok || p.Label || p.Key != "status.phase" || p.Watchers != 1 || !near(p.OffersPerSecond, 20/win) || !near(p.ScannedPerSecond, 100/win) {
-		t.Errorf("field:status.phase advice %+v (found %v); want 20 offers, 100 scanned, 1 watcher", p, ok)
+	if !ok || p.Label || p.Key != "status.phase" || p.Watchers != 1 || p.ListsPerSecond <= 0 ||
+		!near(p.OffersPerSecond/p.ListsPerSecond, 20) || !near(p.ScannedPerSecond/p.ListsPerSecond, 100) {
+		t.Errorf("field:status.phase advice %+v (found %v); want per read 20 offers, 100 scanned, 1 watcher", p, ok)
 	}
 	if len(as) != 2 || as[0].Index != "label:app" {
 		t.Errorf("advice %+v: want label:app (costlier) then field:status.phase", as)
@@ -165,96 +167,4 @@ func TestIndexAdvice(t *testing.T) {
 	if as := c.IndexAdvice(); len(as) != 0 {
 		t.Errorf("advice 3h after the last request: %+v", as)
 	}
-}
-
-// TestIndexAdviceRates: the rates are per second over the time since a key
-// was first seen, and weigh the recent past most.
-func TestIndexAdviceRates(t *testing.T) {
-	c, clk := newAdviceCache(t, "advicerates")
-	synced(t, c, hundredPods()...)
-	ctx := context.Background()
-	list := func() {
-		if _, err := c.List(ctx, ListOptions{ResourceVersion: "0", Label: labels.SelectorFromSet(labels.Set{"app": "a1"})}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// One LIST a second for 20 minutes: 90 objects a second saved.
-	for range 1200 {
-		list()
-		clk.Step(time.Second)
-	}
-	a, _ := findAdvice(c.IndexAdvice(), "label:app")
-	if math.Abs(a.ScannedPerSecond-90) > 2 || math.Abs(a.ListsPerSecond-1) > 0.03 {
-		t.Errorf("steady 1 LIST/s: %+v; want ~90 scanned/s, ~1 list/s", a)
-	}
-	// They stop: one half-life later, half.
-	clk.Step(adviceHalfLife)
-	a, _ = findAdvice(c.IndexAdvice(), "label:app")
-	if math.Abs(a.ScannedPerSecond-45) > 2 {
-		t.Errorf("a half-life after: %+v; want ~45 scanned/s", a)
-	}
-}
-
-// TestIndexAdviceIsBounded: client-chosen keys cannot grow the tracker or
-// the metric series beyond their caps, and a costly key survives a flood of
-// cheap ones.
-func TestIndexAdviceIsBounded(t *testing.T) {
-	c, _ := newAdviceCache(t, "advicebounded")
-	synced(t, c, hundredPods()...)
-	ctx := context.Background()
-	for range 50 {
-		if _, err := c.List(ctx, ListOptions{ResourceVersion: "0", Label: labels.SelectorFromSet(labels.Set{"app": "a1"})}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Namespaced LISTs by random keys: 50 objects scanned each.
-	for i := range 2000 {
-		sel := labels.SelectorFromSet(labels.Set{fmt.Sprintf("k%d", i): "v"})
-		if _, err := c.List(ctx, ListOptions{Namespace: "ns0", ResourceVersion: "0", Label: sel}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.advice.mu.Lock()
-	n := len(c.advice.keys)
-	c.advice.mu.Unlock()
-	if n > adviceMaxKeys {
-		t.Errorf("%d keys tracked; cap %d", n, adviceMaxKeys)
-	}
-	as := c.IndexAdvice()
-	if len(as) != adviceTop || as[0].Index != "label:app" {
-		t.Errorf("advice: %d entries, first %+v; want %d, label:app first", len(as), as[0], adviceTop)
-	}
-	series := 0
-	for _, m := range testutilGather(t) {
-		if m == c.resource {
-			series++
-		}
-	}
-	if series != adviceTop {
-		t.Errorf("%d index_advice_scanned_objects_per_second series for %s; want %d", series, c.resource, adviceTop)
-	}
-}
-
-// testutilGather returns the resource label of every
-// index_advice_scanned_objects_per_second series.
-func testutilGather(t *testing.T) []string {
-	t.Helper()
-	mfs, err := legacyregistry.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, mf := range mfs {
-		if mf.GetName() != "index_apiserver_index_advice_scanned_objects_per_second" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "resource" {
-					out = append(out, l.GetValue())
-				}
-			}
-		}
-	}
-	return out
 }

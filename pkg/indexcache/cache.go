@@ -12,6 +12,8 @@ import (
 	"github.com/google/btree"
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
 )
 
 // Defaults for the zero values of Config.
@@ -72,7 +74,7 @@ type Cache struct {
 	fieldIDs   map[string]int // field path -> ordinal
 	objType    reflect.Type   // of NewFunc's objects
 	m          *cacheMetrics
-	advice     *adviceTracker // advice.go
+	advice     *advice.Tracker // advice.go gathers for it
 
 	ingestMu sync.Mutex
 	// tombstones are deletions waiting for a resourceVersion of their own
@@ -185,7 +187,7 @@ func New(cfg Config) (*Cache, error) {
 		c.indexes.fields[c.fieldIDs[f]] = &fieldIndex{path: f, values: valueIndex{}}
 	}
 	c.m = newCacheMetrics(c.resource)
-	c.advice = newAdviceTracker(cfg.Clock, c.resource)
+	c.advice = advice.NewTracker(cfg.Clock, c.resource, housekeepingInterval)
 	c.dispatch.budget = newTimeBudget(cfg.Clock, cfg.SlowWatcherBudget)
 	go c.runDispatch()
 	return c, nil

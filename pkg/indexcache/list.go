@@ -236,7 +236,7 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 	} else {
 		scanned := 0
 		res.Index = c.scan(v.tree, pred, startKey, func(e *entry) bool { scanned++; return collect(e) })
-		c.advice.scanned(pred, scanned, len(matched))
+		c.advice.Scanned(adviceKeys(pred), scanned, len(matched))
 	}
 	c.m.list(res.Index)
 	res.Items = make([]*Object, len(matched))

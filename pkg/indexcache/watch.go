@@ -158,7 +158,7 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64,
 			}
 		}
 		if !v.indexed {
-			c.advice.scanned(pred, len(entries), len(initial))
+			c.advice.Scanned(adviceKeys(pred), len(entries), len(initial))
 		}
 	}
 	for _, ev := range replay {

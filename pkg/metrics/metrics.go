@@ -137,7 +137,7 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 
-	// Index advice (pkg/indexcache/advice.go): for the few label keys and
+	// Index advice (pkg/indexcache/advice): for the few label keys and
 	// fields whose missing index costs most (top 10 per resource, so client
 	// chosen keys cannot grow the series), what an index would save.
 	AdviceScannedObjects = metrics.NewGaugeVec(&metrics.GaugeOpts{

@@ -1,5 +1,5 @@
 // Package advice serves indexadvice.indexing.k8s.io: read-only, computed
-// from the caches' index advice (pkg/indexcache/advice.go): which label keys
+// from the caches' index advice (pkg/indexcache/advice): which label keys
 // and fields clients select by exactly without an index, what an index
 // would save, and the IndexPolicy that adds it.
 package advice
@@ -23,13 +23,13 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	cacheadvice "github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/readonly"
 )
 
 // Source is a cache's advice.
 type Source interface {
-	IndexAdvice() []indexcache.Advice
+	IndexAdvice() []cacheadvice.Advice
 }
 
 // REST serves the advice of the caches, by resource name ("pods", "nodes").
@@ -152,7 +152,7 @@ func Name(resource string, label bool, key string) string {
 	return resource + "." + kind + "." + clean
 }
 
-func toAPI(res string, a indexcache.Advice) indexing.IndexAdvice {
+func toAPI(res string, a cacheadvice.Advice) indexing.IndexAdvice {
 	name := Name(res, a.Label, a.Key)
 	out := indexing.IndexAdvice{
 		ObjectMeta:              metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(a.FirstSeen)},

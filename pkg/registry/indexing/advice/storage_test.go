@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	cacheadvice "github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
 )
 
 func TestName(t *testing.T) {
@@ -45,9 +45,9 @@ func TestName(t *testing.T) {
 	}
 }
 
-type fakeSource []indexcache.Advice
+type fakeSource []cacheadvice.Advice
 
-func (f fakeSource) IndexAdvice() []indexcache.Advice { return f }
+func (f fakeSource) IndexAdvice() []cacheadvice.Advice { return f }
 
 func TestRESTListGetTable(t *testing.T) {
 	now := time.Now()
