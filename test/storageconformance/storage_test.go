@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/storage"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
@@ -163,78 +164,56 @@ func TestKeySchema(t *testing.T) {
 	storagetesting.RunTestKeySchema(ctx, t, store)
 }
 
-func TestWatch(t *testing.T) {
-	t.Run("Watch", func(t *testing.T) {
-		ctx, store, _ := testSetup(t)
-		storagetesting.RunTestWatch(ctx, t, store)
-	})
-	t.Run("WatchFromZero", func(t *testing.T) {
-		// Its last step watches from a resourceVersion etcd has compacted
-		// and expects 410.
-		t.Skip(compaction)
-		ctx, store, client := testSetup(t)
-		storagetesting.RunTestWatchFromZero(ctx, t, store, compactEtcd(client.Client))
-	})
-	t.Run("DeleteTriggerWatch", func(t *testing.T) {
-		ctx, store, _ := testSetup(t)
-		storagetesting.RunTestDeleteTriggerWatch(ctx, t, store)
-	})
-	t.Run("WatchFromNonZero", func(t *testing.T) {
-		ctx, store, _ := testSetup(t)
-		storagetesting.RunTestWatchFromNonZero(ctx, t, store)
-	})
-	t.Run("DelayedWatchDelivery", func(t *testing.T) {
-		ctx, store, _ := testSetup(t)
-		storagetesting.RunTestDelayedWatchDelivery(ctx, t, store)
-	})
-	t.Run("WatchError", func(t *testing.T) {
-		t.Skip("upstream's cacher skips it: TODO(#109831)")
-	})
-	t.Run("WatchContextCancel", func(t *testing.T) {
-		t.Skip("upstream's cacher skips it: TODO(#109831)")
-	})
-	t.Run("WatcherTimeout", func(t *testing.T) {
-		ctx, store, _ := testSetup(t)
-		storagetesting.RunTestWatcherTimeout(ctx, t, store)
-	})
-	t.Run("WatchDeleteEventObjectHaveLatestRV", func(t *testing.T) {
-		ctx, store, _ := testSetup(t)
-		storagetesting.RunTestWatchDeleteEventObjectHaveLatestRV(ctx, t, store)
-	})
-	t.Run("WatchInitializationSignal", func(t *testing.T) {
-		ctx, store, _ := testSetup(t)
-		storagetesting.RunTestWatchInitializationSignal(ctx, t, store)
-	})
-	t.Run("ClusterScopedWatch", func(t *testing.T) {
-		ctx, store, _ := testSetup(t, withClusterScopedKeyFunc)
-		storagetesting.RunTestClusterScopedWatch(ctx, t, store)
-	})
-	t.Run("NamespaceScopedWatch", func(t *testing.T) {
-		ctx, store, _ := testSetup(t)
-		storagetesting.RunTestNamespaceScopedWatch(ctx, t, store)
-	})
-	t.Run("WatchDispatchBookmarkEvents", func(t *testing.T) {
-		ctx, store, _ := testSetup(t)
+// watchTests are cacher_test.go's watch tests, in its order. skip says why
+// one does not run here; clusterScoped is upstream's withClusterScopedKeyFunc;
+// createWaits runs it through createWrapper, as upstream does.
+var watchTests = []struct {
+	name          string
+	run           func(context.Context, *testing.T, storage.Interface)
+	skip          string
+	clusterScoped bool
+	createWaits   bool
+}{
+	{name: "Watch", run: storagetesting.RunTestWatch},
+	// RunTestWatchFromZero's last step watches from a resourceVersion etcd
+	// has compacted and expects 410.
+	{name: "WatchFromZero", skip: compaction},
+	{name: "DeleteTriggerWatch", run: storagetesting.RunTestDeleteTriggerWatch},
+	{name: "WatchFromNonZero", run: storagetesting.RunTestWatchFromNonZero},
+	{name: "DelayedWatchDelivery", run: storagetesting.RunTestDelayedWatchDelivery},
+	{name: "WatchError", skip: "upstream's cacher skips it: TODO(#109831)"},
+	{name: "WatchContextCancel", skip: "upstream's cacher skips it: TODO(#109831)"},
+	{name: "WatcherTimeout", run: storagetesting.RunTestWatcherTimeout},
+	{name: "WatchDeleteEventObjectHaveLatestRV", run: storagetesting.RunTestWatchDeleteEventObjectHaveLatestRV},
+	{name: "WatchInitializationSignal", run: storagetesting.RunTestWatchInitializationSignal},
+	{name: "ClusterScopedWatch", run: storagetesting.RunTestClusterScopedWatch, clusterScoped: true},
+	{name: "NamespaceScopedWatch", run: storagetesting.RunTestNamespaceScopedWatch},
+	{name: "WatchDispatchBookmarkEvents", run: func(ctx context.Context, t *testing.T, store storage.Interface) {
 		storagetesting.RunTestWatchDispatchBookmarkEvents(ctx, t, store, true)
-	})
-	t.Run("WatchBookmarksWithCorrectResourceVersion", func(t *testing.T) {
-		ctx, store, _ := testSetup(t)
-		storagetesting.RunTestOptionalWatchBookmarksWithCorrectResourceVersion(ctx, t, store)
-	})
-	t.Run("SendInitialEventsBackwardCompatibility", func(t *testing.T) {
-		ctx, store, _ := testSetup(t)
-		storagetesting.RunSendInitialEventsBackwardCompatibility(ctx, t, store)
-	})
-	t.Run("WatchSemantics", func(t *testing.T) {
-		_, store, _ := testSetup(t)
-		storagetesting.RunWatchSemantics(context.TODO(), t, &createWrapper{store})
-	})
-	t.Run("WatchSemanticInitialEventsExtended", func(t *testing.T) {
-		_, store, _ := testSetup(t)
-		storagetesting.RunWatchSemanticInitialEventsExtended(context.TODO(), t, &createWrapper{store})
-	})
-	t.Run("WatchListMatchSingle", func(t *testing.T) {
-		_, store, _ := testSetup(t)
-		storagetesting.RunWatchListMatchSingle(context.TODO(), t, &createWrapper{store})
-	})
+	}},
+	{name: "WatchBookmarksWithCorrectResourceVersion", run: storagetesting.RunTestOptionalWatchBookmarksWithCorrectResourceVersion},
+	{name: "SendInitialEventsBackwardCompatibility", run: storagetesting.RunSendInitialEventsBackwardCompatibility},
+	{name: "WatchSemantics", run: storagetesting.RunWatchSemantics, createWaits: true},
+	{name: "WatchSemanticInitialEventsExtended", run: storagetesting.RunWatchSemanticInitialEventsExtended, createWaits: true},
+	{name: "WatchListMatchSingle", run: storagetesting.RunWatchListMatchSingle, createWaits: true},
+}
+
+func TestWatch(t *testing.T) {
+	for _, tc := range watchTests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.skip != "" {
+				t.Skip(tc.skip)
+			}
+			var opts []setupOption
+			if tc.clusterScoped {
+				opts = append(opts, withClusterScopedKeyFunc)
+			}
+			ctx, store, _ := testSetup(t, opts...)
+			if tc.createWaits {
+				tc.run(ctx, t, &createWrapper{store})
+				return
+			}
+			tc.run(ctx, t, store)
+		})
+	}
 }
