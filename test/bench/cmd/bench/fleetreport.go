@@ -414,14 +414,18 @@ func saturationMarkdown(res *Results, o options, jsonPath, plotPath string) stri
 	if len(res.Failures) > 0 {
 		fmt.Fprintf(&b, " **Failures:** %s.", strings.Join(res.Failures, "; "))
 	}
-	b.WriteString("\n\n| watchers | server | delivery p50 / p99 ms | CPU-s/min | CPU-s/1k events above baseline | RSS MiB | missing / dup / unexp | fell behind |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n\n| watchers | server | delivery p50 / p99 ms | CPU-s/min | CPU-s/1k events above baseline | RSS MiB | RSS per watcher KiB | missing / dup / unexp | fell behind |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range res.Saturation {
 		fb := "no"
 		if s.FellBehind {
 			fb = "**yes**: " + s.Reason
 		}
-		fmt.Fprintf(&b, "| %d %s | %s | %.1f / %.1f | %.2f | %.2f | %.0f | %d / %d / %d | %s |\n",
-			s.Watchers, s.Kind, s.Target, s.P50ms, s.P99ms, s.CPUPerMin, s.CPUPer1kAbove, s.RSSMiB, s.Missing, s.Duplicated, s.Unexpected, fb)
+		perWatcher := "–"
+		if s.ConnectedRSSMiB > 0 {
+			perWatcher = fmt.Sprintf("%.1f", s.RSSPerWatcherKiB)
+		}
+		fmt.Fprintf(&b, "| %d %s | %s | %.1f / %.1f | %.2f | %.2f | %.0f | %s | %d / %d / %d | %s |\n",
+			s.Watchers, s.Kind, s.Target, s.P50ms, s.P99ms, s.CPUPerMin, s.CPUPer1kAbove, s.RSSMiB, perWatcher, s.Missing, s.Duplicated, s.Unexpected, fb)
 	}
 	for _, kind := range []string{"label", "shard"} {
 		for _, tgt := range []string{kubeTarget, indexTarget} {
@@ -441,6 +445,10 @@ func saturationMarkdown(res *Results, o options, jsonPath, plotPath string) stri
 			}
 			fmt.Fprintf(&b, "\n- %s, %s watchers: largest sustained %d (%s).", tgt, kind, best, note)
 		}
+		if k, x := memoryPair(res.Saturation, kind); k != nil {
+			fmt.Fprintf(&b, "\n- RSS per open %s watcher at %d watchers (RSS with them connected, before any event, less RSS with none): kube-apiserver %.1f KiB, index-apiserver %.1f KiB; ratio %s.",
+				kind, k.Watchers, k.RSSPerWatcherKiB, x.RSSPerWatcherKiB, ratio(x.RSSPerWatcherKiB, k.RSSPerWatcherKiB))
+		}
 	}
 	b.WriteString("\n")
 	if plotPath != "" {
@@ -452,4 +460,22 @@ func saturationMarkdown(res *Results, o options, jsonPath, plotPath string) stri
 			k.DeltaPer10k*1024/10000*1024/1024, x.DeltaPer10k*1024/10000*1024/1024, ratio(x.DeltaPer10k, k.DeltaPer10k))
 	}
 	return b.String()
+}
+
+// memoryPair is both servers' steps of a sweep at the largest watcher count
+// both sustained with their memory measured, or nils.
+func memoryPair(steps []SaturationStep, kind string) (kube, index *SaturationStep) {
+	for i := range steps {
+		x := &steps[i]
+		if x.Kind != kind || x.Target != indexTarget || x.FellBehind || x.ConnectedRSSMiB == 0 || (index != nil && x.Watchers < index.Watchers) {
+			continue
+		}
+		for j := range steps {
+			k := &steps[j]
+			if k.Kind == kind && k.Target == kubeTarget && k.Watchers == x.Watchers && !k.FellBehind && k.ConnectedRSSMiB > 0 {
+				kube, index = k, x
+			}
+		}
+	}
+	return kube, index
 }

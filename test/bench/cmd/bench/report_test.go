@@ -143,3 +143,24 @@ func TestFellOverByErrors(t *testing.T) {
 		t.Errorf("lost events without errors: FellOver %q, failures %v", lost.FellOver, res.Failures)
 	}
 }
+
+// TestMemoryPerWatcherComparesLikeForLike: the per-watcher memory line pairs
+// both servers at the largest watcher count both sustained, not each at its
+// own largest.
+func TestMemoryPerWatcherComparesLikeForLike(t *testing.T) {
+	step := func(tgt string, n int, perWatcher float64, fell bool) SaturationStep {
+		return SaturationStep{Kind: "label", Target: tgt, Watchers: n, ConnectedRSSMiB: 1, RSSPerWatcherKiB: perWatcher, FellBehind: fell}
+	}
+	res := &Results{Started: time.Unix(0, 0).UTC(), Saturation: []SaturationStep{
+		step(kubeTarget, 1000, 200, false), step(kubeTarget, 5000, 190, false), step(kubeTarget, 10000, 0, true),
+		step(indexTarget, 1000, 110, false), step(indexTarget, 5000, 90, false), step(indexTarget, 10000, 80, false),
+	}}
+	md := saturationMarkdown(res, options{}, "x.json", "")
+	want := "RSS per open label watcher at 5000 watchers (RSS with them connected, before any event, less RSS with none): kube-apiserver 190.0 KiB, index-apiserver 90.0 KiB; ratio 0.47×."
+	if !strings.Contains(md, want) {
+		t.Errorf("want %q in:\n%s", want, md)
+	}
+	if strings.Contains(md, "shard watcher at") {
+		t.Errorf("a memory line for a sweep that did not run:\n%s", md)
+	}
+}

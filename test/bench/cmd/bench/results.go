@@ -101,6 +101,10 @@ type WatchResult struct {
 	// VmRSS of both servers at the end of the phase.
 	KubeRSSMiB  float64 `json:"kubeAPIServerRSSMiB"`
 	IndexRSSMiB float64 `json:"indexAPIServerRSSMiB"`
+	// VmRSS of both servers once every watcher had connected, before any
+	// patch: what the open watches hold.
+	KubeConnectedRSSMiB  float64 `json:"kubeAPIServerConnectedRSSMiB"`
+	IndexConnectedRSSMiB float64 `json:"indexAPIServerConnectedRSSMiB"`
 }
 
 type RSSResult struct {

@@ -49,13 +49,21 @@ type SaturationStep struct {
 	CPUPerMin     float64 `json:"cpuSPerMinute"`
 	CPUPer1kAbove float64 `json:"cpuSPer1kAboveBaseline"`
 	RSSMiB        float64 `json:"rssMiB"`
-	Missing       int     `json:"missing"`
-	Duplicated    int     `json:"duplicated"`
-	Unexpected    int     `json:"unexpected"`
-	WatchErrors   int     `json:"watchErrors"`
-	FellBehind    bool    `json:"fellBehind"`
-	Reason        string  `json:"reason,omitempty"`
-	PhaseSeconds  float64 `json:"phaseSeconds"`
+	// Memory per open watch: the server's RSS once all the step's watchers
+	// had connected (before any event), less its RSS with no watcher just
+	// before this server's sweep of this kind, over the watchers. Steps
+	// grow, so a step reuses what the smaller one before it freed; the
+	// same for both servers.
+	IdleRSSMiB       float64 `json:"idleRSSMiB"`
+	ConnectedRSSMiB  float64 `json:"connectedRSSMiB"`
+	RSSPerWatcherKiB float64 `json:"rssPerWatcherKiB"`
+	Missing          int     `json:"missing"`
+	Duplicated       int     `json:"duplicated"`
+	Unexpected       int     `json:"unexpected"`
+	WatchErrors      int     `json:"watchErrors"`
+	FellBehind       bool    `json:"fellBehind"`
+	Reason           string  `json:"reason,omitempty"`
+	PhaseSeconds     float64 `json:"phaseSeconds"`
 }
 
 func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error {
@@ -81,11 +89,16 @@ func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error 
 		sizes []int
 	}{{"label", o.satLabel}, {"shard", o.satShards}} {
 		for _, tgt := range o.satTargets {
+			pid := s.kubePID
+			if tgt == indexTarget {
+				pid = s.indexPID
+			}
+			idle := rssMiB(pid)
 			for _, n := range sweep.sizes {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				st := SaturationStep{Kind: sweep.kind, Target: tgt, Watchers: n}
+				st := SaturationStep{Kind: sweep.kind, Target: tgt, Watchers: n, IdleRSSMiB: idle}
 				t0 := time.Now()
 				r, err := watchPhase(ctx, s, o, tgt, sweep.kind, n, b)
 				st.PhaseSeconds = time.Since(t0).Seconds()
@@ -98,10 +111,11 @@ func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error 
 					st.CPUPer1kAbove = r.ServerCPUPer1kAbove
 					st.CPUPerMin = r.ServerCPUPer1k * float64(o.patchRate) * 60 / 1000
 					st.Missing, st.Duplicated, st.Unexpected, st.WatchErrors = r.Missing, r.Duplicated, r.Unexpected, r.WatchErrors
-					st.RSSMiB = r.KubeRSSMiB
+					st.RSSMiB, st.ConnectedRSSMiB = r.KubeRSSMiB, r.KubeConnectedRSSMiB
 					if tgt == indexTarget {
-						st.RSSMiB = r.IndexRSSMiB
+						st.RSSMiB, st.ConnectedRSSMiB = r.IndexRSSMiB, r.IndexConnectedRSSMiB
 					}
+					st.RSSPerWatcherKiB = (st.ConnectedRSSMiB - idle) * 1024 / float64(n)
 					switch {
 					case r.Missing > 0 || r.Duplicated > 0 || r.Unexpected > 0 || r.WatchErrors > 0:
 						st.FellBehind = true
@@ -113,7 +127,8 @@ func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error 
 					}
 				}
 				res.Saturation = append(res.Saturation, st)
-				logf("saturate %s %s %d: p99 %.0f ms, %.2f CPU-s/min, RSS %.0f MiB, fell behind %v %s", st.Kind, st.Target, n, st.P99ms, st.CPUPerMin, st.RSSMiB, st.FellBehind, st.Reason)
+				logf("saturate %s %s %d: p99 %.0f ms, %.2f CPU-s/min, RSS %.0f MiB (%.0f with no watcher, %.0f connected: %.1f KiB per watcher), fell behind %v %s",
+					st.Kind, st.Target, n, st.P99ms, st.CPUPerMin, st.RSSMiB, st.IdleRSSMiB, st.ConnectedRSSMiB, st.RSSPerWatcherKiB, st.FellBehind, st.Reason)
 				if st.FellBehind {
 					break
 				}
