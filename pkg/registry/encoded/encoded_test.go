@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints"
 	genericfilters "k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
@@ -133,7 +135,37 @@ type servers struct {
 	expands      atomic.Int64 // pods decoded from their held bytes
 	ingest       indexcache.IngestStore
 	pods         []*corev1.Pod
+	// writes are the sizes of the writes of each response's body, in order.
+	writes *writeLog
 }
+
+// writeLog records the sizes of a response's writes.
+type writeLog struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (l *writeLog) take() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.sizes
+	l.sizes = nil
+	return s
+}
+
+type loggingWriter struct {
+	http.ResponseWriter
+	log *writeLog
+}
+
+func (w loggingWriter) Write(p []byte) (int, error) {
+	w.log.mu.Lock()
+	w.log.sizes = append(w.log.sizes, len(p))
+	w.log.mu.Unlock()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w loggingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 const pods = 30
 
@@ -145,7 +177,7 @@ func serve(t *testing.T) *servers {
 	for name, fn := range indexing.PodFields {
 		fields[name] = indexcache.FieldFunc(fn)
 	}
-	s := &servers{encodes: &podEncodes{}}
+	s := &servers{encodes: &podEncodes{}, writes: &writeLog{}}
 	cache, err := indexcache.New(indexcache.Config{
 		GroupResource:       indexing.Resource("pods"),
 		Namespaced:          true,
@@ -179,6 +211,10 @@ func serve(t *testing.T) *servers {
 	serveWith := func(h http.Handler, resolver *request.RequestInfoFactory) *httptest.Server {
 		h = genericfilters.WithRequestInfo(h, resolver)
 		h = withUser(h)
+		logged := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			logged.ServeHTTP(responsewriter.WrapForHTTP1Or2(loggingWriter{w, s.writes}), r)
+		})
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
 		return srv
@@ -432,6 +468,66 @@ func continueOf(t *testing.T, body []byte, accept string, codecs runtime.Negotia
 
 // TestTablesOfHeldObjects: as=Table (kubectl get) of a LIST and a GET,
 // which are not kept, are built from the decoded objects: kubectl's rows.
+// TestListsAreWrittenInChunks: a LIST body larger than a chunk goes out in
+// writes of encoded.ListChunk (after a first small one, which lets the
+// handlers decide on compression), not one or two per item: each write to
+// an HTTP/2 response is a hand-off to the connection's goroutine. The body
+// is what the serializer writes for the whole list.
+func TestListsAreWrittenInChunks(t *testing.T) {
+	s := serve(t)
+	decoded := &indexing.PodList{Items: make([]indexing.Pod, 0, pods)}
+	decoded.ResourceVersion = "100"
+	for _, p := range s.pods {
+		o, err := upstream.Pods.Transform(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded.Items = append(decoded.Items, *o.(*indexing.Pod))
+	}
+	for _, c := range []struct {
+		accept string
+		first  int
+	}{{jsonType, 1}, {protoType, 4}} {
+		info, _ := runtime.SerializerInfoForMediaType(apiserver.Codecs.SupportedMediaTypes(), c.accept)
+		var want bytes.Buffer
+		if err := apiserver.Codecs.EncoderForVersion(info.Serializer, v1alpha1.SchemeGroupVersion).Encode(decoded, &want); err != nil {
+			t.Fatal(err)
+		}
+		if want.Len() <= encoded.ListChunk+c.first {
+			t.Fatalf("%s: the list is %d bytes, too small to need chunks", c.accept, want.Len())
+		}
+		for round := range 2 { // encoding each body, then from kept bodies
+			s.writes.take()
+			// Uncompressed: with gzip the compressor decides the writes.
+			req, _ := http.NewRequest(http.MethodGet, s.mirror.URL+"/apis/indexing.k8s.io/v1alpha1/namespaces/spark/pods", nil)
+			req.Header.Set("Accept", c.accept)
+			req.Header.Set("Accept-Encoding", "identity")
+			resp, err := s.mirror.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" {
+				t.Fatalf("%s: %d %v %q", c.accept, resp.StatusCode, err, resp.Header.Get("Content-Encoding"))
+			}
+			if !bytes.Equal(body, want.Bytes()) {
+				t.Fatalf("%s round %d: the list differs from the serializer's", c.accept, round)
+			}
+			sizes := s.writes.take()
+			if sizes[0] != c.first {
+				t.Errorf("%s round %d: first write %d bytes, want %d", c.accept, round, sizes[0], c.first)
+			}
+			for i, n := range sizes[1 : len(sizes)-1] {
+				if n != encoded.ListChunk {
+					t.Errorf("%s round %d: write %d is %d bytes, want %d (all %v)", c.accept, round, i+1, n, encoded.ListChunk, sizes)
+					break
+				}
+			}
+		}
+	}
+}
+
 func TestTablesOfHeldObjects(t *testing.T) {
 	s := serve(t)
 	const table = "application/json;as=Table;v=v1;g=meta.k8s.io"

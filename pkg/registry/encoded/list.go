@@ -1,9 +1,11 @@
 package encoded
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"reflect"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -46,17 +48,44 @@ func WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, i
 		}
 		bodies[i] = b
 	}
+	// The first write stays small (see above); the rest goes out in
+	// chunks of ListChunk, not one or two writes per item: each write to an
+	// HTTP/2 response is a hand-off to the connection's goroutine, and an
+	// item-sized one costs more than copying the item.
+	first := head[:1]
+	if format == Protobuf {
+		first = head[:len(protoPrefix)]
+	}
+	if _, err := w.Write(first); err != nil {
+		return true, err
+	}
+	bw := listWriters.Get().(*bufio.Writer)
+	bw.Reset(w)
+	defer func() {
+		bw.Reset(nil)
+		listWriters.Put(bw)
+	}()
 	var err error
 	if format == JSON {
-		err = writeJSONList(w, head, tail, bodies)
+		err = writeJSONList(bw, head[1:], tail, bodies)
 	} else {
-		err = writeProtoList(w, head, tail, listMeta, bodies)
+		err = writeProtoList(bw, head[len(protoPrefix):], tail, listMeta, bodies)
+	}
+	if err == nil {
+		err = bw.Flush()
 	}
 	return true, err
 }
 
+// ListChunk is the size of a LIST body's writes after the first.
+const ListChunk = 64 << 10
+
+var listWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, ListChunk) }}
+
+// writeJSONList writes the rest of a JSON list after its first byte: the
+// envelope's head, the bodies comma-separated, the tail.
 func writeJSONList(w io.Writer, head, tail []byte, bodies [][]byte) error {
-	if _, err := writeAll(w, head[:1], head[1:]); err != nil {
+	if _, err := w.Write(head); err != nil {
 		return err
 	}
 	comma := []byte(",")
@@ -74,8 +103,9 @@ func writeJSONList(w io.Writer, head, tail []byte, bodies [][]byte) error {
 	return err
 }
 
-// writeProtoList writes the envelope's runtime.Unknown with the items
-// (field 2 of the list message) appended to its raw list message.
+// writeProtoList writes the rest of the envelope's runtime.Unknown after
+// its 4-byte prefix, with the items (field 2 of the list message) appended
+// to its raw list message.
 func writeProtoList(w io.Writer, head, tail, listMeta []byte, bodies [][]byte) error {
 	size := len(listMeta)
 	for _, b := range bodies {
@@ -84,7 +114,7 @@ func writeProtoList(w io.Writer, head, tail, listMeta []byte, bodies [][]byte) e
 	var hdr [1 + maxVarint]byte
 	hdr[0] = 0x12
 	n := 1 + putVarint(hdr[1:], uint64(size))
-	if _, err := writeAll(w, head[:len(protoPrefix)], head[len(protoPrefix):], hdr[:n], listMeta); err != nil {
+	if _, err := writeAll(w, head, hdr[:n], listMeta); err != nil {
 		return err
 	}
 	for _, b := range bodies {
