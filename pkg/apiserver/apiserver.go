@@ -126,6 +126,11 @@ func (c CompletedConfig) New() (*Server, error) {
 			return nil, err
 		}
 	}
+	cas := c.authenticationCAs()
+	build := c.GenericConfig.BuildHandlerChainFunc
+	c.GenericConfig.BuildHandlerChainFunc = func(api http.Handler, gc *genericapiserver.Config) http.Handler {
+		return cas.gate(build(api, gc))
+	}
 	generic, err := c.GenericConfig.New("index-apiserver", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, err
@@ -155,7 +160,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := c.installPolicyController(s); err != nil {
 		return nil, err
 	}
-	if err := generic.AddReadyzChecks(c.authenticationCAsLoaded()); err != nil {
+	if err := generic.AddReadyzChecks(cas.readyz()); err != nil {
 		return nil, err
 	}
 	if err := generic.AddReadyzChecks(healthz.NamedCheck("index-caches-synced", func(*http.Request) error {
@@ -169,22 +174,6 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// authenticationCAsLoaded keeps /readyz false until the client and front-proxy
-// CAs are loaded: before that every request, the aggregator's included, would
-// be served as system:anonymous and get 403.
-func (c CompletedConfig) authenticationCAsLoaded() healthz.HealthChecker {
-	return healthz.NamedCheck("authentication-cas-loaded", func(*http.Request) error {
-		if rh := c.GenericConfig.Authentication.RequestHeaderConfig; rh != nil && rh.CAContentProvider != nil &&
-			len(rh.CAContentProvider.CurrentCABundleContent()) == 0 {
-			return fmt.Errorf("front-proxy client CA not loaded yet")
-		}
-		if s := c.GenericConfig.SecureServing; s != nil && s.ClientCA != nil && len(s.ClientCA.CurrentCABundleContent()) == 0 {
-			return fmt.Errorf("client CA not loaded yet")
-		}
-		return nil
-	})
 }
 
 func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
