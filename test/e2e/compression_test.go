@@ -35,11 +35,15 @@ import (
 // gzipThreshold is k8s.io/apiserver's defaultGzipThresholdBytes.
 const gzipThreshold = 128 * 1024
 
-// compressionPods creates n pods of about 4 KB each (an annotation), so a
-// LIST of them is well above the threshold in JSON and protobuf, and returns
-// their sorted names once index-apiserver serves all of them.
-func compressionPods(t *testing.T, ctx context.Context, c *clients, ns string, n int) []string {
+// compressionPods creates a namespace (base-<unique>) with 60 pods of about
+// 4 KB each (an annotation), so a LIST of them is well above the threshold
+// in JSON and protobuf, and returns it with the pods' sorted names once
+// index-apiserver serves all of them.
+func compressionPods(t *testing.T, ctx context.Context, base string) (string, []string) {
 	t.Helper()
+	const n = 60
+	c := newClients(t, adminConfig)
+	ns := createNamespace(t, ctx, c, base)
 	var names []string
 	big := strings.Repeat("x", 4096)
 	for i := 0; i < n; i++ {
@@ -61,12 +65,27 @@ func compressionPods(t *testing.T, ctx context.Context, c *clients, ns string, n
 		}
 		return nil
 	})
-	return names
+	return ns, names
 }
 
-// rawGet sends GET url with the given Accept and Accept-Encoding and returns
-// the answer's Content-Encoding and its body as sent (still compressed).
-func rawGet(t *testing.T, ctx context.Context, hc *http.Client, url, accept, encoding string) (string, []byte) {
+// compressionHTTPClients are plain HTTP clients as the admin: one for
+// kube-apiserver (and the aggregator), one for index-apiserver directly.
+func compressionHTTPClients(t *testing.T) (kube, index *http.Client) {
+	t.Helper()
+	kube, err := rest.HTTPClientFor(adminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, err = rest.HTTPClientFor(indexAPIServerConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube, index
+}
+
+// getOK sends GET url with the given Accept and Accept-Encoding and returns the
+// answer, which must be 200 OK; the caller closes its body.
+func getOK(t *testing.T, ctx context.Context, hc *http.Client, url, accept, encoding string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -78,13 +97,23 @@ func rawGet(t *testing.T, ctx context.Context, hc *http.Client, url, accept, enc
 	if err != nil {
 		t.Fatal(err)
 	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	return resp
+}
+
+// rawGet sends GET url with the given Accept and Accept-Encoding and returns
+// the answer's Content-Encoding and its body as sent (still compressed).
+func rawGet(t *testing.T, ctx context.Context, hc *http.Client, url, accept, encoding string) (string, []byte) {
+	t.Helper()
+	resp := getOK(t, ctx, hc, url, accept, encoding)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
 	}
 	return resp.Header.Get("Content-Encoding"), b
 }
@@ -148,18 +177,8 @@ func listNames(t *testing.T, accept string, b []byte) []string {
 func TestCompressedListsAsKubeAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := newClients(t, adminConfig)
-	ns := createNamespace(t, ctx, c, "gzip")
-	names := compressionPods(t, ctx, c, ns, 60)
-
-	kubeHTTP, err := rest.HTTPClientFor(adminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	indexHTTP, err := rest.HTTPClientFor(indexAPIServerConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, names := compressionPods(t, ctx, "gzip")
+	kubeHTTP, indexHTTP := compressionHTTPClients(t)
 	kubeURL := stack.KubeAPIServerURL()
 	podsPath := "/api/v1/namespaces/" + ns + "/pods"
 	groupPath := "/apis/indexing.k8s.io/v1alpha1/namespaces/" + ns + "/pods"
@@ -210,21 +229,8 @@ func watchListRaw(t *testing.T, ctx context.Context, hc *http.Client, url string
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Accept-Encoding", "gzip")
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := getOK(t, ctx, hc, url+"?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", "application/json", "gzip")
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("WatchList %s: %s: %s", url, resp.Status, b)
-	}
 	enc := resp.Header.Get("Content-Encoding")
 	body := io.Reader(resp.Body)
 	if enc == "gzip" {
@@ -267,17 +273,8 @@ func watchListRaw(t *testing.T, ctx context.Context, hc *http.Client, url string
 func TestCompressedWatchListAsKubeAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := newClients(t, adminConfig)
-	ns := createNamespace(t, ctx, c, "gzip-wl")
-	names := compressionPods(t, ctx, c, ns, 60)
-	kubeHTTP, err := rest.HTTPClientFor(adminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	indexHTTP, err := rest.HTTPClientFor(indexAPIServerConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, names := compressionPods(t, ctx, "gzip-wl")
+	kubeHTTP, indexHTTP := compressionHTTPClients(t)
 	podsPath := "/api/v1/namespaces/" + ns + "/pods"
 	kubeEnc, kubeNames := watchListRaw(t, ctx, kubeHTTP, stack.KubeAPIServerURL()+podsPath)
 	if !reflect.DeepEqual(kubeNames, names) {
@@ -338,9 +335,7 @@ func (r *encodingRecorder) any(substr string) bool {
 func TestClientGoDecodesCompressed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := newClients(t, adminConfig)
-	ns := createNamespace(t, ctx, c, "gzip-cg")
-	names := compressionPods(t, ctx, c, ns, 60)
+	ns, names := compressionPods(t, ctx, "gzip-cg")
 	for _, e := range proxyEntries() {
 		for _, proto := range []bool{false, true} {
 			rec := &encodingRecorder{gz: map[string]bool{}}
@@ -429,9 +424,7 @@ func TestPythonClientDecodes(t *testing.T) {
 		t.Fatalf("installing the Python client: %v", err)
 	}
 	python := strings.TrimSpace(string(out))
-	c := newClients(t, adminConfig)
-	ns := createNamespace(t, ctx, c, "gzip-py")
-	names := compressionPods(t, ctx, c, ns, 60)
+	ns, names := compressionPods(t, ctx, "gzip-py")
 	run := func(kubeconfig string, gz bool) pythonResult {
 		t.Helper()
 		args := []string{filepath.Join(repoRoot, "test", "clients", "python", "lists.py"), kubeconfig, ns}
