@@ -80,6 +80,31 @@ func drain(w watch.Interface) {
 	}()
 }
 
+// drainedWatch opens a watch with opts and drains it.
+func drainedWatch(b *testing.B, c *Cache, opts WatchOptions) {
+	b.Helper()
+	w, err := c.Watch(context.Background(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	drain(w)
+}
+
+// timeUpdates is the timed part of the dispatch benchmarks: b.N updates of
+// the cache's pods (benchCache's n and apps), each a new version of pod
+// i mod n, allocations reported.
+func timeUpdates(b *testing.B, c *Cache, n, apps int) {
+	b.Helper()
+	tpl, in := templates(n, apps), c.Ingest()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := in.Update(updated(tpl, i, uint64(2+i))); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkDispatch: ingest one pod update with W watchers, each watching
 // its own app label (so each event concerns exactly one). "routed" has the
 // app label indexed; "broadcast" offers every event to every watcher.
@@ -93,21 +118,10 @@ func BenchmarkDispatch(b *testing.B) {
 					b.Fatal(err)
 				}
 				for i := 0; i < w; i++ {
-					wi, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "1",
+					drainedWatch(b, c, WatchOptions{ResourceVersion: "1",
 						Label: labels.SelectorFromSet(labels.Set{"app": fmt.Sprintf("app-%d", i)})})
-					if err != nil {
-						b.Fatal(err)
-					}
-					drain(wi)
 				}
-				tpl, in := templates(pods, w), c.Ingest()
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					if err := in.Update(updated(tpl, i, uint64(2+i))); err != nil {
-						b.Fatal(err)
-					}
-				}
+				timeUpdates(b, c, pods, w)
 			})
 		}
 	}
@@ -139,20 +153,9 @@ func BenchmarkShardDispatch(b *testing.B) {
 				const pods = 20000
 				c := benchCache(b, pods, 100, mode != "routed")
 				for _, s := range shardSelectors(shards) {
-					w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "1", Shard: s})
-					if err != nil {
-						b.Fatal(err)
-					}
-					drain(w)
+					drainedWatch(b, c, WatchOptions{ResourceVersion: "1", Shard: s})
 				}
-				tpl, in := templates(pods, 100), c.Ingest()
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					if err := in.Update(updated(tpl, i, uint64(2+i))); err != nil {
-						b.Fatal(err)
-					}
-				}
+				timeUpdates(b, c, pods, 100)
 			})
 		}
 	}
@@ -195,21 +198,10 @@ func BenchmarkIngest(b *testing.B) {
 		b.Fatal(err)
 	}
 	for i := 0; i < 10000; i++ {
-		w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "1",
+		drainedWatch(b, c, WatchOptions{ResourceVersion: "1",
 			Label: labels.SelectorFromSet(labels.Set{"app": fmt.Sprintf("app-%d", i%apps)})})
-		if err != nil {
-			b.Fatal(err)
-		}
-		drain(w)
 	}
-	tpl, in := templates(pods, apps), c.Ingest()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := in.Update(updated(tpl, i, uint64(2+i))); err != nil {
-			b.Fatal(err)
-		}
-	}
+	timeUpdates(b, c, pods, apps)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
 
