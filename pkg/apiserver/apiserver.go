@@ -176,31 +176,40 @@ func (c CompletedConfig) New() (*Server, error) {
 	return s, nil
 }
 
-func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
-	feed := upstream.NewFeed(res, c.ExtraConfig.KubeClient, c.ExtraConfig.ReadClient, c.ExtraConfig.Cache.RevisionReadInterval)
+// MirrorCacheConfig is the index cache of res as the server configures it
+// (its objects, fields, kept bytes and compaction), without the upstream
+// feed's hooks and with indexcache's defaults for the tuning: newMirror adds
+// those; tests and benchmarks use it as it is to hold what the server holds.
+func MirrorCacheConfig(res upstream.Resource) indexcache.Config {
 	fields := make(map[string]indexcache.FieldFunc, len(res.Fields))
 	for name, fn := range res.Fields {
 		fields[name] = indexcache.FieldFunc(fn)
 	}
+	return indexcache.Config{
+		GroupResource:       indexing.Resource(res.Name),
+		Namespaced:          res.Namespaced,
+		NewFunc:             res.NewFunc,
+		Transform:           res.Transform,
+		Encoder:             encoded.Objects{},
+		Compaction:          encoded.Compaction{Scheme: Scheme, Version: v1alpha1.SchemeGroupVersion, New: res.NewFunc},
+		Fields:              fields,
+		AlwaysIndexedFields: res.AlwaysIndexed,
+	}
+}
+
+func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
+	feed := upstream.NewFeed(res, c.ExtraConfig.KubeClient, c.ExtraConfig.ReadClient, c.ExtraConfig.Cache.RevisionReadInterval)
 	cc := c.ExtraConfig.Cache
-	cache, err := indexcache.New(indexcache.Config{
-		GroupResource:          indexing.Resource(res.Name),
-		Namespaced:             res.Namespaced,
-		NewFunc:                res.NewFunc,
-		Transform:              res.Transform,
-		Encoder:                encoded.Objects{},
-		Compaction:             encoded.Compaction{Scheme: Scheme, Version: v1alpha1.SchemeGroupVersion, New: res.NewFunc},
-		Fields:                 fields,
-		AlwaysIndexedFields:    res.AlwaysIndexed,
-		CurrentResourceVersion: func(ctx context.Context) (uint64, error) { return feed.CurrentResourceVersion(ctx) },
-		RequestProgress:        feed.RequestProgress,
-		FreshnessTimeout:       cc.FreshnessTimeout,
-		EventWindow:            cc.EventWindow,
-		SnapshotRetention:      cc.SnapshotRetention,
-		WatchBuffer:            cc.WatchBuffer,
-		SlowWatcherBudget:      cc.SlowWatcherBudget,
-		BookmarkInterval:       cc.BookmarkInterval,
-	})
+	cfg := MirrorCacheConfig(res)
+	cfg.CurrentResourceVersion = func(ctx context.Context) (uint64, error) { return feed.CurrentResourceVersion(ctx) }
+	cfg.RequestProgress = feed.RequestProgress
+	cfg.FreshnessTimeout = cc.FreshnessTimeout
+	cfg.EventWindow = cc.EventWindow
+	cfg.SnapshotRetention = cc.SnapshotRetention
+	cfg.WatchBuffer = cc.WatchBuffer
+	cfg.SlowWatcherBudget = cc.SlowWatcherBudget
+	cfg.BookmarkInterval = cc.BookmarkInterval
+	cache, err := indexcache.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the %s cache: %w", res.Name, err)
 	}

@@ -178,25 +178,12 @@ func podCost(b *testing.B, cache *indexcache.Cache, jsonEnc, protoEnc apiruntime
 // Spark label index.
 func realisticCache(b *testing.B, n int) *indexcache.Cache {
 	b.Helper()
-	fields := map[string]indexcache.FieldFunc{}
-	for name, fn := range indexing.PodFields {
-		fields[name] = indexcache.FieldFunc(fn)
+	cfg := apiserver.MirrorCacheConfig(upstream.Pods)
+	cfg.FreshnessTimeout = time.Second
+	if !*realisticCompact {
+		cfg.Compaction = nil
 	}
-	var compaction indexcache.Compaction
-	if *realisticCompact {
-		compaction = encoded.Compaction{Scheme: apiserver.Scheme, Version: v1alpha1.SchemeGroupVersion, New: func() apiruntime.Object { return &indexing.Pod{} }}
-	}
-	c, err := indexcache.New(indexcache.Config{
-		GroupResource:       indexing.Resource("pods"),
-		Namespaced:          true,
-		NewFunc:             func() apiruntime.Object { return &indexing.Pod{} },
-		Transform:           upstream.Pods.Transform,
-		Encoder:             encoded.Objects{},
-		Compaction:          compaction,
-		Fields:              fields,
-		AlwaysIndexedFields: upstream.Pods.AlwaysIndexed,
-		FreshnessTimeout:    time.Second,
-	})
+	c, err := indexcache.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -173,22 +173,11 @@ const pods = 30
 // group and as the core view, both through counting codecs.
 func serve(t *testing.T) *servers {
 	t.Helper()
-	fields := map[string]indexcache.FieldFunc{}
-	for name, fn := range indexing.PodFields {
-		fields[name] = indexcache.FieldFunc(fn)
-	}
 	s := &servers{encodes: &podEncodes{}, writes: &writeLog{}}
-	cache, err := indexcache.New(indexcache.Config{
-		GroupResource:       indexing.Resource("pods"),
-		Namespaced:          true,
-		NewFunc:             func() runtime.Object { return &indexing.Pod{} },
-		Transform:           upstream.Pods.Transform,
-		Encoder:             encoded.Objects{},
-		Compaction:          compaction(&s.expands),
-		Fields:              fields,
-		AlwaysIndexedFields: upstream.Pods.AlwaysIndexed,
-		FreshnessTimeout:    time.Second,
-	})
+	cfg := apiserver.MirrorCacheConfig(upstream.Pods)
+	cfg.FreshnessTimeout = time.Second
+	cfg.Compaction = countingCompaction{cfg.Compaction.(encoded.Compaction), &s.expands}
+	cache, err := indexcache.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,10 +226,6 @@ type countingCompaction struct {
 func (c countingCompaction) Expand(format string, raw []byte) (runtime.Object, error) {
 	c.expands.Add(1)
 	return c.Compaction.Expand(format, raw)
-}
-
-func compaction(expands *atomic.Int64) indexcache.Compaction {
-	return countingCompaction{encoded.Compaction{Scheme: apiserver.Scheme, Version: v1alpha1.SchemeGroupVersion, New: func() runtime.Object { return &indexing.Pod{} }}, expands}
 }
 
 func withUser(h http.Handler) http.Handler {
