@@ -26,6 +26,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/history"
 	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
@@ -693,20 +694,20 @@ func TestEventWindowRetention(t *testing.T) {
 	}
 	clk.Step(DefaultEventRetention + time.Second)
 	add(161)
-	if n := c.window.size; n != minWindowEvents {
-		t.Fatalf("window holds %d events, want %d", n, minWindowEvents)
+	if n := c.window.Len(); n != history.MinEvents {
+		t.Fatalf("window holds %d events, want %d", n, history.MinEvents)
 	}
 	if w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); err != nil {
 		t.Fatal(err)
 	} else if err := watchError(t, w); !errors.IsResourceExpired(err) {
 		t.Fatalf("watch from before the window: %v, want 410", err)
 	}
-	w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: strconv.Itoa(161 - minWindowEvents)})
+	w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: strconv.Itoa(161 - history.MinEvents)})
 	if err != nil {
 		t.Fatalf("watch from the window's start: %v", err)
 	}
 	defer w.Stop()
-	if got := describe(recv(t, w)); got != fmt.Sprintf("ADDED ns/p%d@%d", 162-minWindowEvents, 162-minWindowEvents) {
+	if got := describe(recv(t, w)); got != fmt.Sprintf("ADDED ns/p%d@%d", 162-history.MinEvents, 162-history.MinEvents) {
 		t.Fatalf("first replayed event %s", got)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/history"
 )
 
 // Defaults for the zero values of Config.
@@ -59,7 +60,7 @@ const (
 //
 // Lock order, the one place it is written down:
 //
-//	setMu -> ingestMu -> mu -> {snapMu, cloneMu}
+//	setMu -> ingestMu -> mu -> {snapshots, cloneMu}
 //	sendMu -> mu
 //
 // ingestMu serializes writers (ingest, relist, index swaps) and the
@@ -105,11 +106,10 @@ type Cache struct {
 	// generation counts relists: work prepared outside mu is redone if a
 	// relist swapped the state meanwhile.
 	generation uint64
-	window     eventWindow
+	window     history.Window[*storeEvent]
 	router     *router
 
-	snapMu    sync.Mutex
-	snapshots map[uint64]*snapshot
+	snapshots *history.Snapshots[*btree.BTreeG[*entry]] // snapshots.go
 
 	stopOnce sync.Once
 	stopCh   chan struct{}
@@ -164,9 +164,9 @@ func New(cfg Config) (*Cache, error) {
 		fieldIDs:  map[string]int{},
 		tree:      btree.NewG(32, lessEntry),
 		rvChanged: make(chan struct{}),
-		window:    newEventWindow(cfg.EventWindow, cfg.EventRetention),
+		window:    history.NewWindow[*storeEvent](cfg.EventWindow, cfg.EventRetention),
 		router:    newRouter(),
-		snapshots: map[uint64]*snapshot{},
+		snapshots: history.NewSnapshots[*btree.BTreeG[*entry]](cfg.SnapshotRetention, maxSnapshots),
 		stopCh:    make(chan struct{}),
 		done:      make(chan struct{}),
 		queue:     make(chan dispatchItem, dispatchQueue),

@@ -77,8 +77,8 @@ func TestCompactHolding(t *testing.T) {
 		}
 		return true
 	})
-	for i := 0; i < c.window.size; i++ {
-		ev := c.window.at(i)
+	for i := 0; i < c.window.Len(); i++ {
+		ev := c.window.At(i)
 		for _, e := range []*entry{ev.prev, ev.cur, ev.gone} {
 			if e != nil && e.obj != nil {
 				t.Errorf("the window holds %s@%d decoded", e.key, e.rv)

@@ -60,7 +60,7 @@ func TestContinueExpires(t *testing.T) {
 	if s := err.(errors.APIStatus).Status(); s.Code != 410 || s.Message == "" {
 		t.Fatalf("status %+v", s)
 	}
-	if n := len(c.snapshots); n != 0 {
+	if n := c.snapshots.Len(); n != 0 {
 		t.Fatalf("%d snapshots retained past the window", n)
 	}
 }

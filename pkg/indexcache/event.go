@@ -33,6 +33,11 @@ type storeEvent struct {
 	gone     *entry // prev at the event's resourceVersion
 }
 
+// RV, Seq and At are what the event window (package history) needs.
+func (ev *storeEvent) RV() uint64    { return ev.rv }
+func (ev *storeEvent) Seq() uint64   { return ev.seq }
+func (ev *storeEvent) At() time.Time { return ev.at }
+
 // object is the event's new state, handed out once for all its watchers.
 func (ev *storeEvent) object(c *Cache) runtime.Object {
 	ev.curOnce.Do(func() { ev.curObj = c.object(ev.cur) })

@@ -136,7 +136,7 @@ func (c *Cache) checkNotOldHistory(rv uint64) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.fromOldHistoryLocked(rv) {
-		return errTooOldRV(rv, c.window.startRV)
+		return errTooOldRV(rv, c.window.StartRV())
 	}
 	return nil
 }

@@ -228,7 +228,7 @@ func (c *Cache) commitLocked(ev *storeEvent) {
 	}
 	c.seq++
 	ev.seq, ev.at = c.seq, c.cfg.Clock.Now()
-	c.window.add(ev)
+	c.window.Add(ev)
 	c.setRVLocked(ev.rv)
 }
 
@@ -297,7 +297,7 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 		c.setRVLocked(rv)
 	}
 	c.tree, c.indexes = tree, indexes
-	c.window.reset(rv)
+	c.window.Reset(rv)
 	c.synced = true
 	c.generation++
 	// The watchers open now end once they have had the events queued
@@ -308,9 +308,9 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 	// The state at rv itself may have changed (a relist at the cache's
 	// resourceVersion): a snapshot taken there before is not it any more.
 	if wentBack {
-		c.dropSnapshotsBefore(cur + 1)
+		c.snapshots.DropBefore(cur + 1)
 	} else {
-		c.dropSnapshotsBefore(rv + 1)
+		c.snapshots.DropBefore(rv + 1)
 	}
 	c.enqueue(dispatchItem{progress: rv, end: ended, relist: true})
 

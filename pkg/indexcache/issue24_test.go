@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/history"
 )
 
 // TestContinueWithResourceVersionIsRefused: a continue token names its own
@@ -272,7 +273,7 @@ func TestTombstoneHasAResumePointOfItsOwn(t *testing.T) {
 // last time under the lock, and opens.
 func TestWatchStartsWhileTheWindowTurnsOver(t *testing.T) {
 	const pods = 20000
-	c := newCacheWith(t, func(cfg *Config) { cfg.EventWindow = minWindowEvents })
+	c := newCacheWith(t, func(cfg *Config) { cfg.EventWindow = history.MinEvents })
 	var list []*indexing.Pod
 	for i := range pods {
 		list = append(list, mkPod("ns", fmt.Sprintf("p%05d", i), fmt.Sprintf("u%d", i), 5, nil, "", ""))

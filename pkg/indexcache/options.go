@@ -64,7 +64,7 @@ type Config struct {
 	// reads of states no snapshot holds).
 	EventWindow int
 	// EventRetention lets older events go even when the window is not full
-	// (at least minWindowEvents stay), like kube-apiserver's watch cache,
+	// (the newest 100, history.MinEvents, always stay), like kube-apiserver's watch cache,
 	// which keeps about 75s of history: the window holds old versions of
 	// objects, which is memory.
 	EventRetention time.Duration

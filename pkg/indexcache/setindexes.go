@@ -86,7 +86,7 @@ func (c *Cache) swapIndexes(next, built *indexSet, gen, seq uint64) ([]IndexStat
 	if c.generation != gen {
 		return nil, false
 	}
-	events, ok := c.window.sinceSeq(seq)
+	events, ok := c.window.SinceSeq(seq)
 	if !ok {
 		return nil, false
 	}

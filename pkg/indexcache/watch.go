@@ -124,14 +124,14 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64,
 		}
 	case fromRV == 0:
 	case fromRV > at && c.fromOldHistoryLocked(fromRV):
-		oldest := c.window.startRV
+		oldest := c.window.StartRV()
 		unlock()
 		return false, errTooOldRV(fromRV, oldest)
 	case fromRV >= at: // nothing to replay (an N from the future opens at once)
 	default:
 		var ok bool
-		if replay, ok = c.window.since(fromRV); !ok {
-			oldest := c.window.startRV
+		if replay, ok = c.window.Since(fromRV); !ok {
+			oldest := c.window.StartRV()
 			unlock()
 			return false, errTooOldRV(fromRV, oldest)
 		}
@@ -194,7 +194,7 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64,
 		skipTo = fromRV
 	}
 	if c.seq > seq {
-		events, ok := c.window.sinceSeq(seq)
+		events, ok := c.window.SinceSeq(seq)
 		if !ok { // the window moved past the preparation: start over
 			return false, nil
 		}
