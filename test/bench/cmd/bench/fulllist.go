@@ -242,16 +242,7 @@ func fullListTable(b *strings.Builder, res *Results) {
 		rv, format string
 		gz         bool
 	}
-	by := map[key]map[string]FullListResult{}
-	var order []key
-	for _, r := range res.FullLists {
-		k := key{r.RV, r.Format, r.Gzip}
-		if by[k] == nil {
-			by[k] = map[string]FullListResult{}
-			order = append(order, k)
-		}
-		by[k][r.Target] = r
-	}
+	order, by := groupCases(res.FullLists, func(r FullListResult) (key, string) { return key{r.RV, r.Format, r.Gzip}, r.Target })
 	fmt.Fprintf(b, "\nFull LIST of all %d pods, no selector, %d requests per case back to back (ms; CPU is the serving process's "+
 		"CPU per LIST; bytes on the wire; ratio = index-apiserver / kube-apiserver):\n\n", res.FullLists[0].Pods, res.FullLists[0].Requests)
 	b.WriteString("| resourceVersion | format | gzip | kube-apiserver p50 / p99, CPU ms | index-apiserver p50 / p99, CPU ms | ratio p50, CPU | cluster proxy (direct) p50 / p99, CPU ms | ratio p50, CPU | bytes kube / index |\n|---|---|---|---|---|---|---|---|---|\n")

@@ -88,6 +88,23 @@ func ratio(ours, theirs float64) string {
 	return fmt.Sprintf("%.2f×", ours/theirs)
 }
 
+// groupCases groups results by case, in the order the cases first appear,
+// and a case's results by target (a later one replaces an earlier): the
+// servers a table row puts side by side. of gives a result's case and target.
+func groupCases[R any, K comparable](rs []R, of func(R) (K, string)) ([]K, map[K]map[string]R) {
+	var order []K
+	by := map[K]map[string]R{}
+	for _, r := range rs {
+		k, target := of(r)
+		if by[k] == nil {
+			by[k] = map[string]R{}
+			order = append(order, k)
+		}
+		by[k][target] = r
+	}
+	return order, by
+}
+
 func markdown(res *Results, jsonPath, plotPath string) string {
 	var b strings.Builder
 	m := res.Machine
@@ -106,16 +123,7 @@ func markdown(res *Results, jsonPath, plotPath string) string {
 		scope, rv string
 		clients   int
 	}
-	byKey := map[key]map[string]ListResult{}
-	var order []key
-	for _, l := range res.Lists {
-		k := key{l.Scope, l.RV, l.Clients}
-		if byKey[k] == nil {
-			byKey[k] = map[string]ListResult{}
-			order = append(order, k)
-		}
-		byKey[k][l.Target] = l
-	}
+	order, byKey := groupCases(res.Lists, func(l ListResult) (key, string) { return key{l.Scope, l.RV, l.Clients}, l.Target })
 	for _, k := range order {
 		kube, idx, agg := byKey[k][kubeTarget], byKey[k][indexTarget], byKey[k][aggregatorTarget]
 		rv := k.rv
