@@ -80,14 +80,20 @@ func drain(w watch.Interface) {
 	}()
 }
 
-// drainedWatch opens a watch with opts and drains it.
-func drainedWatch(b *testing.B, c *Cache, opts WatchOptions) {
+// appWatchers opens n watches from resourceVersion 1, watch i on the label
+// app=app-<i mod apps>.
+func appWatchers(b *testing.B, c *Cache, n, apps int) []watch.Interface {
 	b.Helper()
-	w, err := c.Watch(context.Background(), opts)
-	if err != nil {
-		b.Fatal(err)
+	ws := make([]watch.Interface, n)
+	for i := range ws {
+		w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "1",
+			Label: labels.SelectorFromSet(labels.Set{"app": fmt.Sprintf("app-%d", i%apps)})})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ws[i] = w
 	}
-	drain(w)
+	return ws
 }
 
 // timeUpdates is the timed part of the dispatch benchmarks: b.N updates of
@@ -117,9 +123,8 @@ func BenchmarkDispatch(b *testing.B) {
 				if err := c.SetIndexes([]string{"app"}, nil); err != nil {
 					b.Fatal(err)
 				}
-				for i := 0; i < w; i++ {
-					drainedWatch(b, c, WatchOptions{ResourceVersion: "1",
-						Label: labels.SelectorFromSet(labels.Set{"app": fmt.Sprintf("app-%d", i)})})
+				for _, wi := range appWatchers(b, c, w, w) {
+					drain(wi)
 				}
 				timeUpdates(b, c, pods, w)
 			})
@@ -153,7 +158,11 @@ func BenchmarkShardDispatch(b *testing.B) {
 				const pods = 20000
 				c := benchCache(b, pods, 100, mode != "routed")
 				for _, s := range shardSelectors(shards) {
-					drainedWatch(b, c, WatchOptions{ResourceVersion: "1", Shard: s})
+					w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "1", Shard: s})
+					if err != nil {
+						b.Fatal(err)
+					}
+					drain(w)
 				}
 				timeUpdates(b, c, pods, 100)
 			})
@@ -197,9 +206,8 @@ func BenchmarkIngest(b *testing.B) {
 	if err := c.SetIndexes([]string{"app", "role"}, []string{"status.phase", "metadata.ownerReferences.uid", "spec.schedulerName"}); err != nil {
 		b.Fatal(err)
 	}
-	for i := 0; i < 10000; i++ {
-		drainedWatch(b, c, WatchOptions{ResourceVersion: "1",
-			Label: labels.SelectorFromSet(labels.Set{"app": fmt.Sprintf("app-%d", i%apps)})})
+	for _, w := range appWatchers(b, c, 10000, apps) {
+		drain(w)
 	}
 	timeUpdates(b, c, pods, apps)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
@@ -258,12 +266,7 @@ func BenchmarkRoute(b *testing.B) {
 				if err := c.SetIndexes([]string{"app"}, nil); err != nil {
 					b.Fatal(err)
 				}
-				for i := 0; i < w; i++ {
-					if _, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "1",
-						Label: labels.SelectorFromSet(labels.Set{"app": fmt.Sprintf("app-%d", i)})}); err != nil {
-						b.Fatal(err)
-					}
-				}
+				appWatchers(b, c, w, w)
 				// Updates of the first 1000 pods, prepared.
 				var evs []*storeEvent
 				for i := 0; i < 1000; i++ {
