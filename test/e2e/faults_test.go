@@ -79,15 +79,7 @@ func TestKubeAPIServerRestart(t *testing.T) {
 	defer w.Stop()
 	relistsBefore := scrape(t)["index_apiserver_cache_relists_total"+podsSeries]
 
-	if err := stack.StopKubeAPIServer(); err != nil {
-		t.Fatal(err)
-	}
-	restarted := false
-	defer func() {
-		if !restarted { // leave a working stack to the other tests
-			restartKubeAPIServer(t, 0)
-		}
-	}()
+	restart := stopKubeAPIServer(t)
 	eventually(t, 20*time.Second, func() error {
 		if v, ok := scrape(t)["index_apiserver_upstream_connected"+podsSeries]; !ok || v != 0 {
 			return fmt.Errorf("upstream_connected = %v (present %v), want 0 while kube-apiserver is down", v, ok)
@@ -104,8 +96,7 @@ func TestKubeAPIServerRestart(t *testing.T) {
 	compactEtcd(t, ctx)
 
 	start := time.Now()
-	restartKubeAPIServer(t, 0)
-	restarted = true
+	restart()
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := stack.WaitAPIServiceAvailable(waitCtx); err != nil {

@@ -177,3 +177,24 @@ func restartKubeAPIServer(t testing.TB, down time.Duration) {
 		t.Fatal(err)
 	}
 }
+
+// stopKubeAPIServer stops kube-apiserver and returns what starts it again
+// (restartKubeAPIServer). If the test ends before that, it is started then:
+// the other tests need a working stack.
+func stopKubeAPIServer(t *testing.T) (restart func()) {
+	t.Helper()
+	if err := stack.StopKubeAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			restartKubeAPIServer(t, 0)
+		}
+	})
+	return func() {
+		t.Helper()
+		restartKubeAPIServer(t, 0)
+		restarted = true
+	}
+}

@@ -642,18 +642,9 @@ func TestRelistAcrossReplicas(t *testing.T) {
 	}
 
 	writer.write(ctx, 40)
-	if err := stack.StopKubeAPIServer(); err != nil {
-		t.Fatal(err)
-	}
-	restarted := false
-	defer func() {
-		if !restarted { // leave a working stack to the other tests
-			restartKubeAPIServer(t, 0)
-		}
-	}()
+	restart := stopKubeAPIServer(t)
 	compactEtcd(t, ctx)
-	restartKubeAPIServer(t, 0)
-	restarted = true
+	restart()
 	// Right away, while the feeds are still backing off: changes the
 	// replicas will find in their relists.
 	writer.write(ctx, 40)
