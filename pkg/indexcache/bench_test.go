@@ -111,25 +111,37 @@ func timeUpdates(b *testing.B, c *Cache, n, apps int) {
 	}
 }
 
+// labelWatchPods is how many pods the W-label-watchers benchmarks hold.
+const labelWatchPods = 20000
+
+// forLabelWatchers runs bench as sub-benchmarks watchers=W/routed and
+// watchers=W/broadcast, W = 100, 1000, 10000: each with a cache of
+// labelWatchPods pods over W apps, the app label indexed, routing off for
+// broadcast, and W watchers, each on its own app.
+func forLabelWatchers(b *testing.B, bench func(b *testing.B, c *Cache, w int, watchers []watch.Interface)) {
+	for _, w := range []int{100, 1000, 10000} {
+		for _, mode := range []string{"routed", "broadcast"} {
+			b.Run(fmt.Sprintf("watchers=%d/%s", w, mode), func(b *testing.B) {
+				c := benchCache(b, labelWatchPods, w, mode == "broadcast")
+				if err := c.SetIndexes([]string{"app"}, nil); err != nil {
+					b.Fatal(err)
+				}
+				bench(b, c, w, appWatchers(b, c, w, w))
+			})
+		}
+	}
+}
+
 // BenchmarkDispatch: ingest one pod update with W watchers, each watching
 // its own app label (so each event concerns exactly one). "routed" has the
 // app label indexed; "broadcast" offers every event to every watcher.
 func BenchmarkDispatch(b *testing.B) {
-	for _, w := range []int{100, 1000, 10000} {
-		for _, mode := range []string{"routed", "broadcast"} {
-			b.Run(fmt.Sprintf("watchers=%d/%s", w, mode), func(b *testing.B) {
-				const pods = 20000
-				c := benchCache(b, pods, w, mode == "broadcast")
-				if err := c.SetIndexes([]string{"app"}, nil); err != nil {
-					b.Fatal(err)
-				}
-				for _, wi := range appWatchers(b, c, w, w) {
-					drain(wi)
-				}
-				timeUpdates(b, c, pods, w)
-			})
+	forLabelWatchers(b, func(b *testing.B, c *Cache, w int, watchers []watch.Interface) {
+		for _, wi := range watchers {
+			drain(wi)
 		}
-	}
+		timeUpdates(b, c, labelWatchPods, w)
+	})
 }
 
 // shardSelectors partitions the uid hash space into n ranges.
@@ -258,46 +270,37 @@ func heap() uint64 {
 // with W label watchers each on its own app. Routed cost should not depend
 // on W; broadcast grows with it.
 func BenchmarkRoute(b *testing.B) {
-	for _, w := range []int{100, 1000, 10000} {
-		for _, mode := range []string{"routed", "broadcast"} {
-			b.Run(fmt.Sprintf("watchers=%d/%s", w, mode), func(b *testing.B) {
-				const pods = 20000
-				c := benchCache(b, pods, w, mode == "broadcast")
-				if err := c.SetIndexes([]string{"app"}, nil); err != nil {
-					b.Fatal(err)
-				}
-				appWatchers(b, c, w, w)
-				// Updates of the first 1000 pods, prepared.
-				var evs []*storeEvent
-				for i := 0; i < 1000; i++ {
-					prev, _ := c.tree.Get(&entry{key: objectKey(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i))})
-					cur, err := c.newEntry(updated(templates(1, w), 0, 2))
-					if err != nil {
-						b.Fatal(err)
-					}
-					cur.key, cur.labels = prev.key, prev.labels
-					evs = append(evs, &storeEvent{typ: watch.Modified, prev: prev, cur: cur, rv: 2})
-				}
-				var cands []*watcher
-				delivered := 0
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					ev := evs[i%len(evs)]
-					c.mu.Lock()
-					c.dispatch.epoch++
-					cands = c.router.candidates(ev.prev, ev.cur, c.dispatch.epoch, cands[:0])
-					c.mu.Unlock()
-					for _, wt := range cands {
-						if _, ok := wt.convert(ev); ok {
-							delivered++
-						}
-					}
-				}
-				if delivered != b.N {
-					b.Fatalf("%d deliveries for %d events", delivered, b.N)
-				}
-			})
+	// The watchers are not drained: nothing is sent to them.
+	forLabelWatchers(b, func(b *testing.B, c *Cache, w int, _ []watch.Interface) {
+		// Updates of the first 1000 pods, prepared.
+		var evs []*storeEvent
+		for i := 0; i < 1000; i++ {
+			prev, _ := c.tree.Get(&entry{key: objectKey(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i))})
+			cur, err := c.newEntry(updated(templates(1, w), 0, 2))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cur.key, cur.labels = prev.key, prev.labels
+			evs = append(evs, &storeEvent{typ: watch.Modified, prev: prev, cur: cur, rv: 2})
 		}
-	}
+		var cands []*watcher
+		delivered := 0
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			ev := evs[i%len(evs)]
+			c.mu.Lock()
+			c.dispatch.epoch++
+			cands = c.router.candidates(ev.prev, ev.cur, c.dispatch.epoch, cands[:0])
+			c.mu.Unlock()
+			for _, wt := range cands {
+				if _, ok := wt.convert(ev); ok {
+					delivered++
+				}
+			}
+		}
+		if delivered != b.N {
+			b.Fatalf("%d deliveries for %d events", delivered, b.N)
+		}
+	})
 }
