@@ -2,12 +2,13 @@ package indexcache
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/shards"
 )
 
 // entry is one cached object with everything routing and filtering need,
@@ -75,14 +76,6 @@ func objectKey(namespace, name string) string {
 	return namespace + "/" + name
 }
 
-// fnv64a is the shard hash of k8s.io/apimachinery/pkg/sharding (which prints
-// it as %016x), kept as a number so ranges compare without formatting.
-func fnv64a(s string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(s))
-	return h.Sum64()
-}
-
 // field returns the values of a selectable field; id comes from Cache.fieldIDs.
 func (e *entry) field(id int) []string { return e.fields[id] }
 
@@ -103,8 +96,8 @@ func (c *Cache) newEntry(obj runtime.Object) (*entry, error) {
 		rv:        rv,
 		labels:    labels.Set(m.GetLabels()),
 		fields:    make([][]string, len(c.fieldNames)),
-		uidHash:   fnv64a(string(m.GetUID())),
-		nsHash:    fnv64a(m.GetNamespace()),
+		uidHash:   shards.Hash(string(m.GetUID())),
+		nsHash:    shards.Hash(m.GetNamespace()),
 	}
 	for i, name := range c.fieldNames {
 		e.fields[i] = c.cfg.Fields[name](obj)

@@ -4,6 +4,11 @@
 // through the cache.Store and cache.ResourceVersionUpdater interfaces, and the
 // registry reads from it with List, Get and Watch. It knows nothing about HTTP.
 // Errors it returns are apimachinery StatusErrors, ready to hand to a client.
+//
+// Jobs that need none of the cache's state live in rooms of their own:
+// advice (what a missing index costs), history (the event window and the
+// retained snapshots) and shards (shard hashes, ranges and the index of
+// watchers by range).
 package indexcache
 
 import (

@@ -3,14 +3,14 @@ package indexcache
 import (
 	"fmt"
 	"sort"
-	"strconv"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/sharding"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/shards"
 )
 
 // maxInValues bounds the `in` sets that may drive an index lookup or a watch
@@ -23,23 +23,6 @@ const (
 	// namespaceField is handled from the object's key, not from Config.Fields.
 	namespaceField = "metadata.namespace"
 )
-
-// shardRange is one `[start, end)` range of the 64-bit hash space; open means
-// end is 2^64.
-type shardRange struct {
-	start, end uint64
-	open       bool
-}
-
-func (r shardRange) contains(h uint64) bool { return h >= r.start && (r.open || h < r.end) }
-
-// width is the range's share of the hash space, for route costs.
-func (r shardRange) width() float64 {
-	if r.open {
-		return 1 - float64(r.start)/(1<<64)
-	}
-	return float64(r.end-r.start) / (1 << 64)
-}
 
 // fieldReq is one field selector requirement; id is -1 for metadata.namespace.
 type fieldReq struct {
@@ -64,7 +47,7 @@ type predicate struct {
 	label      labels.Selector
 	labelEmpty bool
 	fieldReqs  []fieldReq
-	shards     []shardRange
+	shards     []shards.Range
 	shardByNS  bool
 	shardSel   sharding.Selector
 	hexShards  bool // benchmark baseline: match shards as upstream does
@@ -147,33 +130,11 @@ func shardString(s sharding.Selector) string {
 	return s.String()
 }
 
-func parseShardRange(req sharding.ShardRangeRequirement) (shardRange, error) {
+func parseShardRange(req sharding.ShardRangeRequirement) (shards.Range, error) {
 	if req.Key != shardKeyUID && req.Key != shardKeyNamespace {
-		return shardRange{}, fmt.Errorf("unsupported field path %q; supported: %s, %s", req.Key, shardKeyUID, shardKeyNamespace)
+		return shards.Range{}, fmt.Errorf("unsupported field path %q; supported: %s, %s", req.Key, shardKeyUID, shardKeyNamespace)
 	}
-	start, err := parseHex(req.Start)
-	if err != nil {
-		return shardRange{}, fmt.Errorf("shard range start: %v", err)
-	}
-	if strings.EqualFold(req.End, "0x10000000000000000") {
-		return shardRange{start: start, open: true}, nil
-	}
-	end, err := parseHex(req.End)
-	if err != nil {
-		return shardRange{}, fmt.Errorf("shard range end: %v", err)
-	}
-	return shardRange{start: start, end: end}, nil
-}
-
-func parseHex(s string) (uint64, error) {
-	if !strings.HasPrefix(s, "0x") {
-		return 0, fmt.Errorf("%q must have '0x' prefix", s)
-	}
-	v, err := strconv.ParseUint(s[2:], 16, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a 64-bit hex value", s)
-	}
-	return v, nil
+	return shards.ParseRange(req.Start, req.End)
 }
 
 // matches applies the whole selection to an entry.
@@ -214,7 +175,7 @@ func (p *predicate) inShard(e *entry) bool {
 		h = e.nsHash
 	}
 	for _, r := range p.shards {
-		if r.contains(h) {
+		if r.Contains(h) {
 			return true
 		}
 	}
@@ -232,7 +193,7 @@ func (p *predicate) selectsAll() bool {
 func (p *predicate) shardShare() float64 {
 	share := 0.0
 	for _, r := range p.shards {
-		share += r.width()
+		share += r.Width()
 	}
 	return min(share, 1)
 }

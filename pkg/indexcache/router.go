@@ -2,6 +2,8 @@ package indexcache
 
 import (
 	"math"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/shards"
 )
 
 type watcherSet map[*watcher]struct{}
@@ -54,8 +56,8 @@ type router struct {
 	namespaces map[string]watcherSet
 	labels     map[string]map[string]watcherSet // label key -> value -> watchers
 	fields     map[int]map[string]watcherSet    // field ordinal -> value -> watchers
-	uidShards  *shardIndex
-	nsShards   *shardIndex
+	uidShards  *shards.Index[*watcher]
+	nsShards   *shards.Index[*watcher]
 	unindexed  watcherSet
 	all        watcherSet
 	perIndex   map[string]int // watchers by route name, for metrics
@@ -67,8 +69,8 @@ func newRouter() *router {
 		namespaces: map[string]watcherSet{},
 		labels:     map[string]map[string]watcherSet{},
 		fields:     map[int]map[string]watcherSet{},
-		uidShards:  newShardIndex(),
-		nsShards:   newShardIndex(),
+		uidShards:  shards.NewIndex[*watcher](),
+		nsShards:   shards.NewIndex[*watcher](),
 		unindexed:  watcherSet{},
 		all:        watcherSet{},
 		perIndex:   map[string]int{},
@@ -147,7 +149,7 @@ func (r *router) add(w *watcher) {
 			addTo(r.fields[w.route.id], v, w)
 		}
 	case routeShard:
-		r.shardIndex(w).add(w, w.pred.shards)
+		r.shardIndex(w).Add(w, w.pred.shards)
 	default:
 		r.unindexed[w] = struct{}{}
 	}
@@ -182,13 +184,13 @@ func (r *router) remove(w *watcher) {
 			delete(r.fields, w.route.id)
 		}
 	case routeShard:
-		r.shardIndex(w).remove(w)
+		r.shardIndex(w).Remove(w)
 	default:
 		delete(r.unindexed, w)
 	}
 }
 
-func (r *router) shardIndex(w *watcher) *shardIndex {
+func (r *router) shardIndex(w *watcher) *shards.Index[*watcher] {
 	if w.pred.shardByNS {
 		return r.nsShards
 	}
@@ -227,8 +229,8 @@ func (r *router) candidates(old, new *entry, epoch uint64, out []*watcher) []*wa
 				take(byValue[v])
 			}
 		}
-		r.uidShards.lookup(e.uidHash, takeOne)
-		r.nsShards.lookup(e.nsHash, takeOne)
+		r.uidShards.Lookup(e.uidHash, takeOne)
+		r.nsShards.Lookup(e.nsHash, takeOne)
 	}
 	take(r.unindexed)
 	return out
