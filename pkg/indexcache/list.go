@@ -258,7 +258,14 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 		panic(err)
 	}
 	res.Continue = token
-	if pred.selectsAll() {
+	switch {
+	case pred.selectsAll() && !(pred.hasNS && c.cfg.Namespaced) && startKey == "":
+		// The first page of everything holds the first len(matched)
+		// objects: the rest is the tree's size less those, no walk over
+		// them (a full LIST's first page of a million pods).
+		n := int64(v.tree.Len() - len(matched))
+		res.RemainingItemCount = &n
+	case pred.selectsAll():
 		// Like kube-apiserver, only for an unfiltered list (a namespace is
 		// not a filter): the rest of the range, counted.
 		n := int64(0)

@@ -221,8 +221,9 @@ func realisticCache(b *testing.B, n int) *indexcache.Cache {
 	if err := in.Replace(objs, fmt.Sprint(1000+len(objs)-1)); err != nil {
 		b.Fatal(err)
 	}
+	first := len(objs)
 	objs = nil
-	for i := len(objs); i < n; i++ {
+	for i := first; i < n; i++ {
 		if err := in.Add(pod(i)); err != nil {
 			b.Fatal(err)
 		}
