@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/indexname"
 )
 
 // cell is the stable home of one key's current entry. Indexes hold cells,
@@ -80,19 +82,16 @@ func (s *indexSet) emptyCopy() *indexSet {
 	return out
 }
 
-func labelName(key string) string  { return "label:" + key }
-func fieldName(path string) string { return "field:" + path }
-
 // lookup returns the index answering an exact requirement, if there is one.
 func (s *indexSet) lookup(r exactReq) (valueIndex, string, bool) {
 	if r.label {
 		if ix, ok := s.labels[r.key]; ok {
-			return ix.values, labelName(r.key), true
+			return ix.values, indexname.Label(r.key), true
 		}
 		return nil, "", false
 	}
 	if ix, ok := s.fields[r.id]; ok {
-		return ix.values, fieldName(ix.path), true
+		return ix.values, indexname.Field(ix.path), true
 	}
 	return nil, "", false
 }
@@ -262,10 +261,10 @@ func (s *indexSet) stats() []IndexStat {
 		out = append(out, st)
 	}
 	for _, ix := range s.labels {
-		add(labelName(ix.key), ix.values)
+		add(indexname.Label(ix.key), ix.values)
 	}
 	for _, ix := range s.fields {
-		add(fieldName(ix.path), ix.values)
+		add(indexname.Field(ix.path), ix.values)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

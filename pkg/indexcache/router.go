@@ -3,6 +3,7 @@ package indexcache
 import (
 	"math"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/indexname"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/shards"
 )
 
@@ -39,9 +40,9 @@ func (r route) indexName() string {
 	case routeNamespace:
 		return "namespace"
 	case routeLabel:
-		return labelName(r.key)
+		return indexname.Label(r.key)
 	case routeField:
-		return fieldName(r.key)
+		return indexname.Field(r.key)
 	case routeShard:
 		return "shard"
 	}

@@ -21,6 +21,7 @@ import (
 	configv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/apis/config/v1alpha1"
 	"github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned/fake"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/indexname"
 )
 
 // fakeCache records what the controller applies. Its stats are derived from
@@ -60,13 +61,13 @@ func (f *fakeCache) IndexStats() []indexcache.IndexStat {
 	defer f.mu.Unlock()
 	var names []string
 	for _, b := range f.builtin {
-		names = append(names, FieldIndexName(b))
+		names = append(names, indexname.Field(b))
 	}
 	for _, l := range f.labels {
-		names = append(names, LabelIndexName(l))
+		names = append(names, indexname.Label(l))
 	}
 	for _, fl := range f.fields {
-		names = append(names, FieldIndexName(fl))
+		names = append(names, indexname.Field(fl))
 	}
 	var out []indexcache.IndexStat
 	for _, n := range names {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	configv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/apis/config/v1alpha1"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/indexname"
 )
 
 // IndexSet is a set of policy-chosen indexes of one resource, sorted.
@@ -24,10 +25,10 @@ func (s IndexSet) Len() int { return len(s.Labels) + len(s.Fields) }
 func (s IndexSet) Names() []string {
 	names := make([]string, 0, s.Len())
 	for _, l := range s.Labels {
-		names = append(names, LabelIndexName(l))
+		names = append(names, indexname.Label(l))
 	}
 	for _, f := range s.Fields {
-		names = append(names, FieldIndexName(f))
+		names = append(names, indexname.Field(f))
 	}
 	return names
 }
@@ -36,12 +37,6 @@ func (s IndexSet) Names() []string {
 func (s IndexSet) Equal(o IndexSet) bool {
 	return slices.Equal(s.Labels, o.Labels) && slices.Equal(s.Fields, o.Fields)
 }
-
-// LabelIndexName is the cache's name of the index of a label key.
-func LabelIndexName(key string) string { return "label:" + key }
-
-// FieldIndexName is the cache's name of the index of a field path.
-func FieldIndexName(path string) string { return "field:" + path }
 
 func setOf(labels, fields []string) IndexSet {
 	return IndexSet{Labels: sets.List(sets.New(labels...)), Fields: sets.List(sets.New(fields...))}
@@ -184,10 +179,10 @@ func (u union) sizeWith(res string, s IndexSet) int {
 func (u union) set(res string) IndexSet {
 	var labels, fields []string
 	for n := range u[res] {
-		if k, ok := strings.CutPrefix(n, "label:"); ok {
+		if label, k, _ := indexname.Parse(n); label {
 			labels = append(labels, k)
 		} else {
-			fields = append(fields, strings.TrimPrefix(n, "field:"))
+			fields = append(fields, k)
 		}
 	}
 	return setOf(labels, fields)

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/indexname"
 	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
@@ -65,13 +66,12 @@ type Key struct {
 	Key   string // label key or field path
 }
 
-// index is the cache's name of the index on k (indexcache's labelName and
-// fieldName).
+// index is the cache's name of the index on k.
 func (k Key) index() string {
 	if k.Label {
-		return "label:" + k.Key
+		return indexname.Label(k.Key)
 	}
-	return "field:" + k.Key
+	return indexname.Field(k.Key)
 }
 
 // Watcher is an open watcher that filters events an index on its keys would
