@@ -164,3 +164,13 @@ func TestMemoryPerWatcherComparesLikeForLike(t *testing.T) {
 		t.Errorf("a memory line for a sweep that did not run:\n%s", md)
 	}
 }
+
+// TestStackLiftsWatchLimits: the stack's index-apiserver gets the flags
+// that lift the watch limits (the saturation sweep opens 10,000+ watches as
+// one user; with the defaults the 5,001st got 429), and extra flags after.
+func TestStackLiftsWatchLimits(t *testing.T) {
+	got := strings.Join(indexAPIServerArgs(options{indexFlags: "--v=2"}), " ")
+	if want := "--max-watches-per-user=0 --max-watches=0 --v=2"; got != want {
+		t.Errorf("index-apiserver flags %q, want %q", got, want)
+	}
+}

@@ -121,9 +121,7 @@ func startStack(ctx context.Context, root string, o options) (*stackInfo, func()
 		"LOCAL_DIR="+dir, "DEMO=0", "QUIET=1",
 		"ETCD_PORT="+strconv.Itoa(ports[0]), "ETCD_PEER_PORT="+strconv.Itoa(ports[1]),
 		"KUBE_APISERVER_PORT="+strconv.Itoa(ports[2]), "INDEX_APISERVER_PORT="+strconv.Itoa(ports[3]),
-		// One user opens every watch of the load (up to tens of
-		// thousands): the per-user and total watch limits are off.
-		"INDEX_APISERVER_FLAGS=--max-watches-per-user=0 --max-watches=0 "+o.indexFlags, "CLUSTER_PROXY="+clusterProxy)
+		"INDEX_APISERVER_FLAGS="+strings.Join(indexAPIServerArgs(o), " "), "CLUSTER_PROXY="+clusterProxy)
 	// The stack's PIDs, read once it is up: hack/local-down.sh skips a
 	// process whose /proc/PID/exe is not the recorded binary path, which is
 	// the case when _output/bin/kube-apiserver is a symlink (it left every
@@ -150,7 +148,7 @@ func startStack(ctx context.Context, root string, o options) (*stackInfo, func()
 	ls, err := localstack.Up(ctx, localstack.Config{
 		RepoRoot: root, Dir: dir, ClusterProxy: o.clusterProxy,
 		EtcdPort: ports[0], EtcdPeerPort: ports[1], KubeAPIServerPort: ports[2], IndexAPIServerPort: ports[3],
-		IndexAPIServerArgs: strings.Fields(o.indexFlags), IndexAPIServerBinary: o.indexBinary,
+		IndexAPIServerArgs: indexAPIServerArgs(o), IndexAPIServerBinary: o.indexBinary,
 	})
 	if err != nil {
 		stop()
@@ -266,4 +264,12 @@ func stopLeftovers(pids []int, dir string) string {
 		return ""
 	}
 	return "pid " + strings.Join(left, ", ")
+}
+
+// indexAPIServerArgs are index-apiserver's flags in the bench's stack. One
+// user opens every watch of the load (up to tens of thousands), so the
+// per-user and total watch limits are off; -index-apiserver-flags come
+// last and may set them again.
+func indexAPIServerArgs(o options) []string {
+	return append([]string{"--max-watches-per-user=0", "--max-watches=0"}, strings.Fields(o.indexFlags)...)
 }
