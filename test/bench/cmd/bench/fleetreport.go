@@ -414,18 +414,21 @@ func saturationMarkdown(res *Results, o options, jsonPath, plotPath string) stri
 	if len(res.Failures) > 0 {
 		fmt.Fprintf(&b, " **Failures:** %s.", strings.Join(res.Failures, "; "))
 	}
-	b.WriteString("\n\n| watchers | server | delivery p50 / p99 ms | CPU-s/min | CPU-s/1k events above baseline | RSS MiB | RSS per watcher KiB | missing / dup / unexp | fell behind |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n\n| watchers | server | delivery p50 / p99 ms | CPU-s/min | CPU-s/1k events above baseline | RSS MiB | RSS per watcher KiB | live heap and stacks per watcher KiB | missing / dup / unexp | fell behind |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range res.Saturation {
 		fb := "no"
 		if s.FellBehind {
 			fb = "**yes**: " + s.Reason
 		}
-		perWatcher := "–"
+		perWatcher, live := "–", "–"
 		if s.ConnectedRSSMiB > 0 {
 			perWatcher = fmt.Sprintf("%.1f", s.RSSPerWatcherKiB)
 		}
-		fmt.Fprintf(&b, "| %d %s | %s | %.1f / %.1f | %.2f | %.2f | %.0f | %s | %d / %d / %d | %s |\n",
-			s.Watchers, s.Kind, s.Target, s.P50ms, s.P99ms, s.CPUPerMin, s.CPUPer1kAbove, s.RSSMiB, perWatcher, s.Missing, s.Duplicated, s.Unexpected, fb)
+		if s.ConnectedLiveMiB > 0 {
+			live = fmt.Sprintf("%.1f", s.LivePerWatcherKiB)
+		}
+		fmt.Fprintf(&b, "| %d %s | %s | %.1f / %.1f | %.2f | %.2f | %.0f | %s | %s | %d / %d / %d | %s |\n",
+			s.Watchers, s.Kind, s.Target, s.P50ms, s.P99ms, s.CPUPerMin, s.CPUPer1kAbove, s.RSSMiB, perWatcher, live, s.Missing, s.Duplicated, s.Unexpected, fb)
 	}
 	for _, kind := range []string{"label", "shard"} {
 		for _, tgt := range []string{kubeTarget, indexTarget} {
@@ -448,6 +451,10 @@ func saturationMarkdown(res *Results, o options, jsonPath, plotPath string) stri
 		if k, x := memoryPair(res.Saturation, kind); k != nil {
 			fmt.Fprintf(&b, "\n- RSS per open %s watcher at %d watchers (RSS with them connected, before any event, less RSS with none): kube-apiserver %.1f KiB, index-apiserver %.1f KiB; ratio %s.",
 				kind, k.Watchers, k.RSSPerWatcherKiB, x.RSSPerWatcherKiB, ratio(x.RSSPerWatcherKiB, k.RSSPerWatcherKiB))
+			if k.ConnectedLiveMiB > 0 && x.ConnectedLiveMiB > 0 {
+				fmt.Fprintf(&b, " Live heap and goroutine stacks (after a forced GC) per open %s watcher: kube-apiserver %.1f KiB, index-apiserver %.1f KiB; ratio %s.",
+					kind, k.LivePerWatcherKiB, x.LivePerWatcherKiB, ratio(x.LivePerWatcherKiB, k.LivePerWatcherKiB))
+			}
 		}
 	}
 	b.WriteString("\n")

@@ -105,6 +105,9 @@ type WatchResult struct {
 	// patch: what the open watches hold.
 	KubeConnectedRSSMiB  float64 `json:"kubeAPIServerConnectedRSSMiB"`
 	IndexConnectedRSSMiB float64 `json:"indexAPIServerConnectedRSSMiB"`
+	// The same moment's live heap and stacks (liveMiB).
+	KubeConnectedLiveMiB  float64 `json:"kubeAPIServerConnectedLiveMiB"`
+	IndexConnectedLiveMiB float64 `json:"indexAPIServerConnectedLiveMiB"`
 }
 
 type RSSResult struct {

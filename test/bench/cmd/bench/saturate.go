@@ -57,13 +57,18 @@ type SaturationStep struct {
 	IdleRSSMiB       float64 `json:"idleRSSMiB"`
 	ConnectedRSSMiB  float64 `json:"connectedRSSMiB"`
 	RSSPerWatcherKiB float64 `json:"rssPerWatcherKiB"`
-	Missing          int     `json:"missing"`
-	Duplicated       int     `json:"duplicated"`
-	Unexpected       int     `json:"unexpected"`
-	WatchErrors      int     `json:"watchErrors"`
-	FellBehind       bool    `json:"fellBehind"`
-	Reason           string  `json:"reason,omitempty"`
-	PhaseSeconds     float64 `json:"phaseSeconds"`
+	// The same for live heap and stacks (liveMiB), which does not depend
+	// on where the garbage collector was in its cycle.
+	IdleLiveMiB       float64 `json:"idleLiveMiB"`
+	ConnectedLiveMiB  float64 `json:"connectedLiveMiB"`
+	LivePerWatcherKiB float64 `json:"livePerWatcherKiB"`
+	Missing           int     `json:"missing"`
+	Duplicated        int     `json:"duplicated"`
+	Unexpected        int     `json:"unexpected"`
+	WatchErrors       int     `json:"watchErrors"`
+	FellBehind        bool    `json:"fellBehind"`
+	Reason            string  `json:"reason,omitempty"`
+	PhaseSeconds      float64 `json:"phaseSeconds"`
 }
 
 func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error {
@@ -89,16 +94,16 @@ func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error 
 		sizes []int
 	}{{"label", o.satLabel}, {"shard", o.satShards}} {
 		for _, tgt := range o.satTargets {
-			pid := s.kubePID
+			pid, c, base := s.kubePID, s.kubeHTTP, s.kubeURL
 			if tgt == indexTarget {
-				pid = s.indexPID
+				pid, c, base = s.indexPID, s.indexHTTP, s.indexURL
 			}
-			idle := rssMiB(pid)
+			idle, idleLive := rssMiB(pid), liveMiB(ctx, c, base)
 			for _, n := range sweep.sizes {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				st := SaturationStep{Kind: sweep.kind, Target: tgt, Watchers: n, IdleRSSMiB: idle}
+				st := SaturationStep{Kind: sweep.kind, Target: tgt, Watchers: n, IdleRSSMiB: idle, IdleLiveMiB: idleLive}
 				t0 := time.Now()
 				r, err := watchPhase(ctx, s, o, tgt, sweep.kind, n, b)
 				st.PhaseSeconds = time.Since(t0).Seconds()
@@ -111,11 +116,14 @@ func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error 
 					st.CPUPer1kAbove = r.ServerCPUPer1kAbove
 					st.CPUPerMin = r.ServerCPUPer1k * float64(o.patchRate) * 60 / 1000
 					st.Missing, st.Duplicated, st.Unexpected, st.WatchErrors = r.Missing, r.Duplicated, r.Unexpected, r.WatchErrors
-					st.RSSMiB, st.ConnectedRSSMiB = r.KubeRSSMiB, r.KubeConnectedRSSMiB
+					st.RSSMiB, st.ConnectedRSSMiB, st.ConnectedLiveMiB = r.KubeRSSMiB, r.KubeConnectedRSSMiB, r.KubeConnectedLiveMiB
 					if tgt == indexTarget {
-						st.RSSMiB, st.ConnectedRSSMiB = r.IndexRSSMiB, r.IndexConnectedRSSMiB
+						st.RSSMiB, st.ConnectedRSSMiB, st.ConnectedLiveMiB = r.IndexRSSMiB, r.IndexConnectedRSSMiB, r.IndexConnectedLiveMiB
 					}
 					st.RSSPerWatcherKiB = (st.ConnectedRSSMiB - idle) * 1024 / float64(n)
+					if idleLive > 0 && st.ConnectedLiveMiB > 0 {
+						st.LivePerWatcherKiB = (st.ConnectedLiveMiB - idleLive) * 1024 / float64(n)
+					}
 					switch {
 					case r.Missing > 0 || r.Duplicated > 0 || r.Unexpected > 0 || r.WatchErrors > 0:
 						st.FellBehind = true
@@ -127,8 +135,8 @@ func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error 
 					}
 				}
 				res.Saturation = append(res.Saturation, st)
-				logf("saturate %s %s %d: p99 %.0f ms, %.2f CPU-s/min, RSS %.0f MiB (%.0f with no watcher, %.0f connected: %.1f KiB per watcher), fell behind %v %s",
-					st.Kind, st.Target, n, st.P99ms, st.CPUPerMin, st.RSSMiB, st.IdleRSSMiB, st.ConnectedRSSMiB, st.RSSPerWatcherKiB, st.FellBehind, st.Reason)
+				logf("saturate %s %s %d: p99 %.0f ms, %.2f CPU-s/min, RSS %.0f MiB (%.0f with no watcher, %.0f connected: %.1f KiB per watcher; live heap and stacks %.1f KiB per watcher), fell behind %v %s",
+					st.Kind, st.Target, n, st.P99ms, st.CPUPerMin, st.RSSMiB, st.IdleRSSMiB, st.ConnectedRSSMiB, st.RSSPerWatcherKiB, st.LivePerWatcherKiB, st.FellBehind, st.Reason)
 				if st.FellBehind {
 					break
 				}

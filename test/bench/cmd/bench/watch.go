@@ -233,6 +233,7 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 	}
 	time.Sleep(500 * time.Millisecond)
 	kConn, iConn := rssMiB(s.kubePID), rssMiB(s.indexPID)
+	kLive, iLive := liveMiB(ctx, s.kubeHTTP, s.kubeURL), liveMiB(ctx, s.indexHTTP, s.indexURL)
 	// Which watcher expects which pod.
 	owner := func(p patchRec) int { return p.app }
 	var pick func(seq int) patchRec
@@ -326,6 +327,7 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 	}
 	r.KubeRSSMiB, r.IndexRSSMiB = kRSS, iRSS
 	r.KubeConnectedRSSMiB, r.IndexConnectedRSSMiB = kConn, iConn
+	r.KubeConnectedLiveMiB, r.IndexConnectedLiveMiB = kLive, iLive
 	r.Received, r.Missing, r.Duplicated, r.Unexpected = acc.Received, acc.Missing, acc.Duplicated, acc.Unexpected
 	r.P50ms, r.P99ms, r.MaxMs = pct(lat, 50), pct(lat, 99), pct(lat, 100)
 	if len(sent) > 0 {
