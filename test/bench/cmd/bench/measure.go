@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -122,40 +121,28 @@ func (m rssMark) record(s *stackInfo, res *Results, pods int) {
 // freed pages not yet returned, which follow the GC's pacing more than
 // what was added; this does not. 0 when either endpoint fails.
 func liveMiB(ctx context.Context, c *http.Client, base string) float64 {
-	for _, path := range []string{"/debug/pprof/heap?gc=1", "/metrics"} {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
-		if err != nil {
-			return 0
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			return 0
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return 0
-		}
-		if path != "/metrics" {
+	if _, err := getBody(ctx, c, base+"/debug/pprof/heap?gc=1"); err != nil {
+		return 0
+	}
+	b, err := getBody(ctx, c, base+"/metrics")
+	if err != nil {
+		return 0
+	}
+	var heap, stack float64
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
 			continue
 		}
-		var heap, stack float64
-		for _, l := range strings.Split(string(b), "\n") {
-			f := strings.Fields(l)
-			if len(f) != 2 {
-				continue
-			}
-			switch f[0] {
-			case "go_memstats_heap_inuse_bytes":
-				heap, _ = strconv.ParseFloat(f[1], 64)
-			case "go_memstats_stack_inuse_bytes":
-				stack, _ = strconv.ParseFloat(f[1], 64)
-			}
+		switch f[0] {
+		case "go_memstats_heap_inuse_bytes":
+			heap, _ = strconv.ParseFloat(f[1], 64)
+		case "go_memstats_stack_inuse_bytes":
+			stack, _ = strconv.ParseFloat(f[1], 64)
 		}
-		if heap == 0 || stack == 0 {
-			return 0
-		}
-		return (heap + stack) / (1 << 20)
 	}
-	return 0
+	if heap == 0 || stack == 0 {
+		return 0
+	}
+	return (heap + stack) / (1 << 20)
 }

@@ -16,20 +16,25 @@ import (
 	"time"
 )
 
-func saveURL(ctx context.Context, c *http.Client, url, file string) error {
+// getBody GETs url and returns its body, failing on any status but 200.
+func getBody(ctx context.Context, c *http.Client, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	b, err := io.ReadAll(resp.Body)
+	return io.ReadAll(resp.Body)
+}
+
+func saveURL(ctx context.Context, c *http.Client, url, file string) error {
+	b, err := getBody(ctx, c, url)
 	if err != nil {
 		return err
 	}
