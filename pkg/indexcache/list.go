@@ -180,7 +180,7 @@ func (c *Cache) selectLocked(pred *predicate) ([]*entry, string) {
 // key range when the selection is confined to one, else everything. It
 // returns the name for the list metric.
 func (c *Cache) scan(tree *btree.BTreeG[*entry], pred *predicate, startKey string, fn func(*entry) bool) string {
-	if pred.hasNS && c.cfg.Namespaced {
+	if c.inOneNamespace(pred) {
 		lo, hi := pred.ns+"/", pred.ns+"0" // '0' follows '/'
 		if startKey > lo {
 			lo = startKey
@@ -191,6 +191,10 @@ func (c *Cache) scan(tree *btree.BTreeG[*entry], pred *predicate, startKey strin
 	tree.AscendGreaterOrEqual(&entry{key: startKey}, fn)
 	return "all"
 }
+
+// inOneNamespace tells whether pred confines a selection to one namespace's
+// objects (a cluster-scoped resource has none).
+func (c *Cache) inOneNamespace(pred *predicate) bool { return pred.hasNS && c.cfg.Namespaced }
 
 // anyAfter tells whether tree has an object after key under prefix (a
 // namespace's "/ns/", or "/" for all).
@@ -259,7 +263,7 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 	}
 	res.Continue = token
 	switch {
-	case pred.selectsAll() && !(pred.hasNS && c.cfg.Namespaced) && startKey == "":
+	case pred.selectsAll() && !c.inOneNamespace(pred) && startKey == "":
 		// The first page of everything holds the first len(matched)
 		// objects: the rest is the tree's size less those, no walk over
 		// them (a full LIST's first page of a million pods).

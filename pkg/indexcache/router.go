@@ -99,7 +99,7 @@ func (c *Cache) chooseRoute(p *predicate) route {
 			best, bestCost = cand, cost
 		}
 	}
-	if p.hasNS && c.cfg.Namespaced {
+	if c.inOneNamespace(p) {
 		if cost := float64(c.indexes.namespaces[p.ns]) + 0.5; cost < bestCost {
 			best, bestCost = route{kind: routeNamespace, values: []string{p.ns}}, cost
 		}
