@@ -45,8 +45,12 @@ type FullListResult struct {
 	// is idle but for its own background work).
 	KubeCPUms  float64 `json:"kubeAPIServerCPUmsPerList"`
 	IndexCPUms float64 `json:"indexAPIServerCPUmsPerList"`
+	// FloorCPUms is the wire floor's CPU per LIST (its own target only).
+	FloorCPUms float64 `json:"wireFloorCPUmsPerList,omitempty"`
 	Errors     int     `json:"errors"`
 	FirstError string  `json:"firstError,omitempty"`
+	// body is the first answer, uncompressed (what the wire floor serves).
+	body []byte
 }
 
 // fullListTargets: kube-apiserver, index-apiserver's group directly, and
@@ -67,6 +71,17 @@ func fullListPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 		return
 	}
 	want := res.Load.Pods
+	var floor *wireFloor
+	if o.wireFloor {
+		var err error
+		if floor, err = startWireFloor(); err != nil {
+			res.Failures = append(res.Failures, err.Error())
+			return
+		}
+		defer floor.stop()
+	}
+	// floorBodies: index-apiserver's answer by format, as the floor serves it.
+	floorBodies := map[string]bool{}
 	// Uncompressed sizes by target, format and rv: an answer asked for with
 	// gzip must come compressed exactly when it is larger than
 	// kube-apiserver's threshold (k8s.io/apiserver's 128 KiB), as
@@ -80,7 +95,7 @@ func fullListPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 					if ctx.Err() != nil {
 						return
 					}
-					r := runFullList(ctx, s, o, t, format, gz, rv, want)
+					r := runFullList(ctx, s, o, t, format, gz, rv, want, 0)
 					k := sizeKey{t.name, format, rv}
 					if !gz {
 						plain[k] = r.WireBytes
@@ -94,27 +109,64 @@ func fullListPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 					if r.Errors > 0 {
 						res.Failures = append(res.Failures, fmt.Sprintf("full LIST rv=%s %s gzip=%v on %s: %d errors (first: %s)", rv, format, gz, t.name, r.Errors, r.FirstError))
 					}
+					if floor != nil && !gz && t.name == floorSource(o) && r.body != nil && !floorBodies[format] {
+						if err := floor.put(ctx, "/pods-"+format, contentTypeOf(format), r.body); err != nil {
+							res.Failures = append(res.Failures, err.Error())
+							return
+						}
+						floorBodies[format] = true
+					}
+				}
+				if floor != nil && floorBodies[format] {
+					t := target{wireFloorTarget, floor.client, floor.url}
+					r := runFullList(ctx, s, o, t, format, gz, rv, want, floor.pid)
+					res.FullLists = append(res.FullLists, r)
+					logf("full LIST rv=%-10s %-8s gzip=%-5v %-24s p50 %8.1f ms  p99 %8.1f ms  CPU/LIST %7.1f ms  %d bytes (compressed %v)  errors %d",
+						rv, format, gz, t.name, r.P50ms, r.P99ms, r.FloorCPUms, r.WireBytes, r.Compressed, r.Errors)
+					if r.Errors > 0 {
+						res.Failures = append(res.Failures, fmt.Sprintf("full LIST rv=%s %s gzip=%v on %s: %d errors (first: %s)", rv, format, gz, t.name, r.Errors, r.FirstError))
+					}
 				}
 			}
 		}
 	}
 }
 
+// floorSource is the target whose answer the wire floor serves: the core
+// view, kube-apiserver's PodList, when the cluster proxy runs.
+func floorSource(o options) string {
+	if o.clusterProxy {
+		return proxyDirectTarget
+	}
+	return indexTarget
+}
+
+func contentTypeOf(format string) string {
+	if format == "protobuf" {
+		return protobufType
+	}
+	return "application/json"
+}
+
 // runFullList sends o.fullListRequests full LISTs back to back. The first
 // answer is decoded and its pods counted; the others are read and dropped,
 // so the client's decoding does not take the servers' CPU on a shared
 // machine.
-func runFullList(ctx context.Context, s *stackInfo, o options, t target, format string, gz bool, rv string, want int) FullListResult {
+// floorPID is the wire floor's process when t is the floor (its CPU is
+// measured too), else 0.
+func runFullList(ctx context.Context, s *stackInfo, o options, t target, format string, gz bool, rv string, want, floorPID int) FullListResult {
 	r := FullListResult{Target: t.name, Format: format, Gzip: gz, RV: rv, Pods: want, Requests: o.fullListRequests}
 	url := t.prefix + "/pods"
-	if rv == "0" {
+	if t.name == wireFloorTarget {
+		url = t.prefix + "/pods-" + format // one body: the floor has no resourceVersions
+	} else if rv == "0" {
 		url += "?resourceVersion=0"
 	}
 	var lat []time.Duration
-	k0, i0 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID)
+	k0, i0, f0 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID), cpuSeconds(floorPID)
 	for i := 0; i < o.fullListRequests && ctx.Err() == nil; i++ {
 		t0 := time.Now()
-		n, wire, compressed, err := fullList(ctx, t.client, url, format, gz, i == 0)
+		n, wire, compressed, body, err := fullList(ctx, t.client, url, format, gz, i == 0)
 		d := time.Since(t0)
 		if err == nil && i == 0 && n != want {
 			err = fmt.Errorf("%d pods, want %d", n, want)
@@ -130,23 +182,29 @@ func runFullList(ctx context.Context, s *stackInfo, o options, t target, format 
 			continue
 		}
 		r.WireBytes, r.Compressed = wire, compressed
+		if body != nil {
+			r.body = body
+		}
 		lat = append(lat, d)
 	}
-	k1, i1 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID)
+	k1, i1, f1 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID), cpuSeconds(floorPID)
 	r.P50ms, r.P99ms = pct(lat, 50), pct(lat, 99)
 	r.KubeCPUms = (k1 - k0) * 1000 / float64(o.fullListRequests)
 	r.IndexCPUms = (i1 - i0) * 1000 / float64(o.fullListRequests)
+	if floorPID != 0 {
+		r.FloorCPUms = (f1 - f0) * 1000 / float64(o.fullListRequests)
+	}
 	return r
 }
 
-// fullList sends one LIST and returns the pods in it (when count), the
-// bytes on the wire and whether they were gzip-compressed. Setting
-// Accept-Encoding turns off the transport's own decompression, so what is
-// read is what was sent.
-func fullList(ctx context.Context, c *http.Client, url, format string, gz, count bool) (int, int64, bool, error) {
+// fullList sends one LIST and returns the pods in it and its uncompressed
+// body (when count), the bytes on the wire and whether they were
+// gzip-compressed. Setting Accept-Encoding turns off the transport's own
+// decompression, so what is read is what was sent.
+func fullList(ctx context.Context, c *http.Client, url, format string, gz, count bool) (int, int64, bool, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, 0, false, err
+		return 0, 0, false, nil, err
 	}
 	if format == "protobuf" {
 		req.Header.Set("Accept", protobufType)
@@ -160,36 +218,36 @@ func fullList(ctx context.Context, c *http.Client, url, format string, gz, count
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, 0, false, err
+		return 0, 0, false, nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, 0, false, fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+		return 0, 0, false, nil, fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
 	}
 	compressed := resp.Header.Get("Content-Encoding") == "gzip"
 	if got := resp.Header.Get("Content-Type"); format == "protobuf" && got != protobufType {
-		return 0, 0, compressed, fmt.Errorf("asked for protobuf, got %q", got)
+		return 0, 0, compressed, nil, fmt.Errorf("asked for protobuf, got %q", got)
 	}
 	cr := &countingReader{r: resp.Body}
 	if !count {
 		_, err := io.Copy(io.Discard, cr)
-		return 0, cr.n, compressed, err
+		return 0, cr.n, compressed, nil, err
 	}
 	body := io.Reader(cr)
 	if compressed {
 		zr, err := newGzipReader(cr)
 		if err != nil {
-			return 0, cr.n, compressed, err
+			return 0, cr.n, compressed, nil, err
 		}
 		body = zr
 	}
 	b, err := io.ReadAll(body)
 	if err != nil {
-		return 0, cr.n, compressed, err
+		return 0, cr.n, compressed, nil, err
 	}
 	n, err := countItems(format, b)
-	return n, cr.n, compressed, err
+	return n, cr.n, compressed, b, err
 }
 
 // countItems decodes a list answer just enough to count its items.
@@ -256,5 +314,29 @@ func fullListTable(b *strings.Builder, res *Results) {
 			k.rv, k.format, gz, kube.P50ms, kube.P99ms, kube.KubeCPUms, idx.P50ms, idx.P99ms, idx.IndexCPUms,
 			ratio(idx.P50ms, kube.P50ms), ratio(idx.IndexCPUms, kube.KubeCPUms),
 			px.P50ms, px.P99ms, px.IndexCPUms, ratio(px.P50ms, kube.P50ms), ratio(px.IndexCPUms, kube.KubeCPUms), kube.WireBytes, idx.WireBytes)
+	}
+	src := proxyDirectTarget
+	if _, ok := by[order[0]][proxyDirectTarget]; !ok {
+		src = indexTarget
+	}
+	header := false
+	for _, k := range order {
+		floor, ok := by[k][wireFloorTarget]
+		if !ok {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(b, "\nThe wire floor: %s's answer served by a process that only writes it, held, through TLS and HTTP/2 "+
+				"(k8s.io/apiserver's settings; gzip at its level 1), asked for the same way (ms; CPU per LIST):\n\n", src)
+			b.WriteString("| resourceVersion | format | gzip | wire floor p50, CPU ms | " + src + " CPU ÷ floor's | floor's CPU ÷ kube-apiserver's | floor's p50 speed-up on kube-apiserver |\n|---|---|---|---|---|---|---|\n")
+			header = true
+		}
+		kube, idx := by[k][kubeTarget], by[k][src]
+		gz := "no"
+		if k.gz {
+			gz = "accepted"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %.0f, %.0f | %s | %s | %s |\n", k.rv, k.format, gz, floor.P50ms, floor.FloorCPUms,
+			ratio(idx.IndexCPUms, floor.FloorCPUms), ratio(floor.FloorCPUms, kube.KubeCPUms), ratio(kube.P50ms, floor.P50ms))
 	}
 }

@@ -99,6 +99,7 @@ const (
 	// of index-apiserver's group, through the aggregator or directly.
 	proxyAggregatorTarget = "cluster proxy (aggregator)"
 	proxyDirectTarget     = "cluster proxy (direct)"
+	wireFloorTarget       = "wire floor"
 	clusterProxyPrefix    = indexGroup + "/clusters/local/proxy"
 )
 
@@ -111,14 +112,16 @@ type options struct {
 	listClients  int
 	// fullListRequests is the requests per full-LIST case (0: skip them).
 	fullListRequests int
-	watchers         []int
-	shards           []int
-	patchRate        int
-	patchDuration    time.Duration
-	jsonOut          string
-	markdown         string
-	keep             bool
-	indexFlags       string
+	// wireFloor: the full-LIST phase also measures the wire floor (wirefloor.go).
+	wireFloor     bool
+	watchers      []int
+	shards        []int
+	patchRate     int
+	patchDuration time.Duration
+	jsonOut       string
+	markdown      string
+	keep          bool
+	indexFlags    string
 	// indexBinary runs another index-apiserver build (before/after runs).
 	indexBinary  string
 	loadWorkers  int
@@ -166,6 +169,13 @@ type options struct {
 }
 
 func main() {
+	if os.Getenv(wireFloorEnv) != "" {
+		if err := serveWireFloor(); err != nil {
+			fmt.Fprintln(os.Stderr, "wire floor:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var o options
 	var watchers, shards, ways, sparkDrivers, flinkJobs, shardedReplicas, satLabel, satShards, satTargets string
 	flag.BoolVar(&o.smoke, "smoke", false, "tiny sizes (< 1 min); fail on any lost, duplicated or unexpected event or differing LIST; writes no docs")
@@ -174,6 +184,7 @@ func main() {
 	flag.IntVar(&o.podsPerApp, "pods-per-app", 20, "pods per app")
 	flag.IntVar(&o.listRequests, "list-requests", 500, "requests per LIST case (the p99 needs a few hundred)")
 	flag.IntVar(&o.fullListRequests, "full-list-requests", 10, "requests per full-LIST case (all pods, no selector; JSON and protobuf, with and without gzip, rv=0 and consistent, at each server; 0: skip)")
+	flag.BoolVar(&o.wireFloor, "wire-floor", true, "full LIST: also serve index-apiserver's answer from a process that only writes held bytes through TLS and HTTP/2 (the floor encoding once can reach)")
 	flag.IntVar(&o.listClients, "list-clients", 8, "concurrent clients of the extra namespaced consistent LIST case (1: skip it)")
 	flag.StringVar(&watchers, "watchers", "100,1000,2000", "watcher counts for the fan-out phase (each ≤ -apps)")
 	flag.StringVar(&shards, "shards", "16,64,1024", "shard watcher counts for the sharded watch phase (empty: skip)")

@@ -25,11 +25,11 @@ func TestMarkdownTables(t *testing.T) {
 		ws = append(ws, WatchResult{Round: 1, Kind: "label", Target: tgt, Watchers: 4, KubeCPUPer1kAbove: 0.5})
 	}
 	res.Summary = summarize(ws)
-	for _, tgt := range []string{kubeTarget, indexTarget, proxyDirectTarget} {
+	for _, tgt := range []string{kubeTarget, indexTarget, proxyDirectTarget, wireFloorTarget} {
 		res.FullLists = append(res.FullLists, FullListResult{Target: tgt, Format: "json", RV: "0", Pods: 10, Requests: 2})
 	}
 	md := markdown(res, "x.json", "")
-	for _, want := range []string{"The same LISTs as an unmodified client sends them", "The same label watches through the cluster proxy", "Full LIST of all 10 pods"} {
+	for _, want := range []string{"The same LISTs as an unmodified client sends them", "The same label watches through the cluster proxy", "Full LIST of all 10 pods", "The wire floor"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("no table %q:\n%s", want, md)
 		}
