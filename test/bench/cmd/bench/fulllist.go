@@ -12,10 +12,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"image/color"
 	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -339,4 +344,100 @@ func fullListTable(b *strings.Builder, res *Results) {
 		fmt.Fprintf(b, "| %s | %s | %s | %.0f, %.0f | %s | %s | %s |\n", k.rv, k.format, gz, floor.P50ms, floor.FloorCPUms,
 			ratio(idx.IndexCPUms, floor.FloorCPUms), ratio(floor.FloorCPUms, kube.KubeCPUms), ratio(kube.P50ms, floor.P50ms))
 	}
+}
+
+// fullListTargetCPU and fullListTargetSpeedup are issue 20's targets for a
+// full LIST: CPU at most 1/20 of kube-apiserver's, p50 at least 20× faster.
+const (
+	fullListTargetCPU     = 1.0 / 20
+	fullListTargetSpeedup = 20
+)
+
+// writeFullListPlot draws, for each full-LIST case, index-apiserver's and
+// the wire floor's CPU per LIST as a share of kube-apiserver's, and their
+// p50 speed-up on it, each against issue 20's target (dashed).
+func writeFullListPlot(path string, lists []FullListResult) error {
+	type key struct {
+		rv, format string
+		gz         bool
+	}
+	order, by := groupCases(lists, func(r FullListResult) (key, string) { return key{r.RV, r.Format, r.Gzip}, r.Target })
+	src := proxyDirectTarget
+	if len(order) == 0 {
+		return nil
+	}
+	if _, ok := by[order[0]][proxyDirectTarget]; !ok {
+		src = indexTarget
+	}
+	// Short case names, spelled out in the axis label.
+	var names []string
+	for _, k := range order {
+		n := strings.ToUpper(k.format[:1]) + k.rv[:1]
+		if k.gz {
+			n += "z"
+		}
+		names = append(names, n)
+	}
+	series := []struct {
+		name, title string
+		color       color.Color
+	}{
+		{src, "index-apiserver (" + src + ")", wayColors[wayDirect]},
+		{wireFloorTarget, "wire floor: its bytes, only written", color.Gray{Y: 0x70}},
+	}
+	var row []*plot.Plot
+	for _, m := range []struct {
+		title, y string
+		target   float64
+		val      func(r, kube FullListResult) float64
+	}{
+		{"full LIST: CPU per LIST ÷ kube-apiserver's", "ratio (lower is better)", fullListTargetCPU, func(r, kube FullListResult) float64 {
+			cpu := r.IndexCPUms
+			if r.Target == wireFloorTarget {
+				cpu = r.FloorCPUms
+			}
+			return cpu / kube.KubeCPUms
+		}},
+		{"full LIST: p50 speed-up on kube-apiserver", "× (higher is better)", fullListTargetSpeedup, func(r, kube FullListResult) float64 { return kube.P50ms / r.P50ms }},
+	} {
+		p := plot.New()
+		p.Title.Text = m.title
+		p.Y.Label.Text = m.y
+		p.Y.Min = 0
+		p.Add(plotter.NewGrid())
+		p.Legend.Top = true
+		p.NominalX(names...)
+		p.X.Label.Text = "J/P: JSON/protobuf; 0/c: rv=0/consistent; z: gzip"
+		w := vg.Points(10)
+		top := m.target
+		for i, s := range series {
+			vals := make(plotter.Values, len(order))
+			for j, k := range order {
+				r, ok := by[k][s.name]
+				kube, okK := by[k][kubeTarget]
+				if ok && okK && kube.KubeCPUms > 0 && r.P50ms > 0 {
+					vals[j] = m.val(r, kube)
+					top = max(top, vals[j])
+				}
+			}
+			bars, err := plotter.NewBarChart(vals, w)
+			if err != nil {
+				return err
+			}
+			bars.Color, bars.LineStyle.Width = s.color, 0
+			bars.Offset = w * vg.Length(float64(i)-0.5)
+			p.Add(bars)
+			p.Legend.Add(s.title, bars)
+		}
+		tl, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: m.target}, {X: float64(len(order)) - 0.5, Y: m.target}})
+		if err != nil {
+			return err
+		}
+		tl.Color, tl.Dashes = wayColors[wayKube], []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(tl)
+		p.Legend.Add(fmt.Sprintf("issue 20's target (%g)", m.target), tl)
+		p.Y.Max = top * 1.6 // head room for the legend
+		row = append(row, p)
+	}
+	return drawPanels(path, [][]*plot.Plot{row})
 }

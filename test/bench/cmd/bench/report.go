@@ -50,6 +50,14 @@ func writeResults(o options, res *Results) error {
 		}
 		logf("wrote %s", png)
 	}
+	fullListPNG := ""
+	if len(res.FullLists) > 0 && !o.smoke {
+		fullListPNG = strings.TrimSuffix(out, ".json") + "-fulllist.png"
+		if err := writeFullListPlot(fullListPNG, res.FullLists); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		logf("wrote %s", fullListPNG)
+	}
 	if o.smoke || o.markdown == "" {
 		return nil
 	}
@@ -68,6 +76,12 @@ func writeResults(o options, res *Results) error {
 	switch o.mode {
 	case "engine":
 		md = markdown(res, out, filepath.ToSlash(rel))
+		if fullListPNG != "" {
+			if r, err := filepath.Rel(filepath.Dir(o.markdown), fullListPNG); err == nil {
+				fullListPNG = r
+			}
+			md += fmt.Sprintf("\n![Full LIST: index-apiserver's and the wire floor's CPU per LIST as a share of kube-apiserver's, and their p50 speed-up on it, against issue 20's targets](%s)\n", filepath.ToSlash(fullListPNG))
+		}
 	case "saturate":
 		md = saturationMarkdown(res, o, out, filepath.ToSlash(rel))
 	default:

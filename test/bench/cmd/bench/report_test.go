@@ -29,6 +29,9 @@ func TestMarkdownTables(t *testing.T) {
 		res.FullLists = append(res.FullLists, FullListResult{Target: tgt, Format: "json", RV: "0", Pods: 10, Requests: 2})
 	}
 	md := markdown(res, "x.json", "")
+	if err := writeFullListPlot(t.TempDir()+"/l.png", res.FullLists); err != nil {
+		t.Error(err)
+	}
 	for _, want := range []string{"The same LISTs as an unmodified client sends them", "The same label watches through the cluster proxy", "Full LIST of all 10 pods", "The wire floor"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("no table %q:\n%s", want, md)
