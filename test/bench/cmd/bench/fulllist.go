@@ -100,7 +100,18 @@ func fullListPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 					if ctx.Err() != nil {
 						return
 					}
-					r := runFullList(ctx, s, o, t, format, gz, rv, want, 0)
+					// The floor serves the first uncompressed answer of its
+					// source; no other body is kept (they are hundreds of MB).
+					keep := floor != nil && !gz && t.name == floorSource(o) && !floorBodies[format]
+					r := runFullList(ctx, s, o, t, format, gz, rv, want, 0, keep)
+					if keep && r.body != nil {
+						if err := floor.put(ctx, "/pods-"+format, contentTypeOf(format), r.body); err != nil {
+							res.Failures = append(res.Failures, err.Error())
+							return
+						}
+						floorBodies[format] = true
+						r.body = nil
+					}
 					k := sizeKey{t.name, format, rv}
 					if !gz {
 						plain[k] = r.WireBytes
@@ -114,17 +125,10 @@ func fullListPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 					if r.Errors > 0 {
 						res.Failures = append(res.Failures, fmt.Sprintf("full LIST rv=%s %s gzip=%v on %s: %d errors (first: %s)", rv, format, gz, t.name, r.Errors, r.FirstError))
 					}
-					if floor != nil && !gz && t.name == floorSource(o) && r.body != nil && !floorBodies[format] {
-						if err := floor.put(ctx, "/pods-"+format, contentTypeOf(format), r.body); err != nil {
-							res.Failures = append(res.Failures, err.Error())
-							return
-						}
-						floorBodies[format] = true
-					}
 				}
 				if floor != nil && floorBodies[format] {
 					t := target{wireFloorTarget, floor.client, floor.url}
-					r := runFullList(ctx, s, o, t, format, gz, rv, want, floor.pid)
+					r := runFullList(ctx, s, o, t, format, gz, rv, want, floor.pid, false)
 					res.FullLists = append(res.FullLists, r)
 					logf("full LIST rv=%-10s %-8s gzip=%-5v %-24s p50 %8.1f ms  p99 %8.1f ms  CPU/LIST %7.1f ms  %d bytes (compressed %v)  errors %d",
 						rv, format, gz, t.name, r.P50ms, r.P99ms, r.FloorCPUms, r.WireBytes, r.Compressed, r.Errors)
@@ -158,8 +162,8 @@ func contentTypeOf(format string) string {
 // so the client's decoding does not take the servers' CPU on a shared
 // machine.
 // floorPID is the wire floor's process when t is the floor (its CPU is
-// measured too), else 0.
-func runFullList(ctx context.Context, s *stackInfo, o options, t target, format string, gz bool, rv string, want, floorPID int) FullListResult {
+// measured too), else 0; keepBody keeps the first answer in the result.
+func runFullList(ctx context.Context, s *stackInfo, o options, t target, format string, gz bool, rv string, want, floorPID int, keepBody bool) FullListResult {
 	r := FullListResult{Target: t.name, Format: format, Gzip: gz, RV: rv, Pods: want, Requests: o.fullListRequests}
 	url := t.prefix + "/pods"
 	if t.name == wireFloorTarget {
@@ -187,7 +191,7 @@ func runFullList(ctx context.Context, s *stackInfo, o options, t target, format 
 			continue
 		}
 		r.WireBytes, r.Compressed = wire, compressed
-		if body != nil {
+		if body != nil && keepBody {
 			r.body = body
 		}
 		lat = append(lat, d)
