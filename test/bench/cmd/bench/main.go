@@ -27,7 +27,9 @@
 //     consistent, JSON and protobuf, with and without gzip, at kube-apiserver,
 //     index-apiserver's group and the cluster proxy prefix (direct): p50/p99,
 //     CPU per LIST, bytes, and a check that answers are compressed exactly
-//     when kube-apiserver's threshold says so.
+//     when kube-apiserver's threshold says so; and, unless -wire-floor=false,
+//     the same answer served by a process that only writes it (wirefloor.go):
+//     the floor under what a full LIST can cost;
 //
 // spark, flink, sharded, fleets (all three): fleets of clients doing what
 // Spark 4 drivers, Flink job managers and sharded kube-state-metrics-like
