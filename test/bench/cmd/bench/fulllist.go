@@ -93,6 +93,18 @@ func fullListPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 	// kube-apiserver's own do.
 	type sizeKey struct{ target, format, rv string }
 	plain := map[sizeKey]int64{}
+	record := func(r FullListResult) {
+		res.FullLists = append(res.FullLists, r)
+		cpu := fmt.Sprintf("CPU/LIST kube %7.1f ms index %7.1f ms", r.KubeCPUms, r.IndexCPUms)
+		if r.Target == wireFloorTarget {
+			cpu = fmt.Sprintf("CPU/LIST %7.1f ms", r.FloorCPUms)
+		}
+		logf("full LIST rv=%-10s %-8s gzip=%-5v %-24s p50 %8.1f ms  p99 %8.1f ms  %s  %d bytes (compressed %v)  errors %d",
+			r.RV, r.Format, r.Gzip, r.Target, r.P50ms, r.P99ms, cpu, r.WireBytes, r.Compressed, r.Errors)
+		if r.Errors > 0 {
+			res.Failures = append(res.Failures, fmt.Sprintf("full LIST rv=%s %s gzip=%v on %s: %d errors (first: %s)", r.RV, r.Format, r.Gzip, r.Target, r.Errors, r.FirstError))
+		}
+	}
 	for _, rv := range []string{"0", "consistent"} {
 		for _, format := range []string{"json", "protobuf"} {
 			for _, gz := range []bool{false, true} {
@@ -119,22 +131,11 @@ func fullListPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 						r.Errors++
 						r.FirstError = fmt.Sprintf("a %d-byte answer came compressed=%v (kube-apiserver compresses above %d bytes)", n, r.Compressed, gzipThreshold)
 					}
-					res.FullLists = append(res.FullLists, r)
-					logf("full LIST rv=%-10s %-8s gzip=%-5v %-24s p50 %8.1f ms  p99 %8.1f ms  CPU/LIST kube %7.1f ms index %7.1f ms  %d bytes (compressed %v)  errors %d",
-						rv, format, gz, t.name, r.P50ms, r.P99ms, r.KubeCPUms, r.IndexCPUms, r.WireBytes, r.Compressed, r.Errors)
-					if r.Errors > 0 {
-						res.Failures = append(res.Failures, fmt.Sprintf("full LIST rv=%s %s gzip=%v on %s: %d errors (first: %s)", rv, format, gz, t.name, r.Errors, r.FirstError))
-					}
+					record(r)
 				}
 				if floor != nil && floorBodies[format] {
 					t := target{wireFloorTarget, floor.client, floor.url}
-					r := runFullList(ctx, s, o, t, format, gz, rv, want, floor.pid, false)
-					res.FullLists = append(res.FullLists, r)
-					logf("full LIST rv=%-10s %-8s gzip=%-5v %-24s p50 %8.1f ms  p99 %8.1f ms  CPU/LIST %7.1f ms  %d bytes (compressed %v)  errors %d",
-						rv, format, gz, t.name, r.P50ms, r.P99ms, r.FloorCPUms, r.WireBytes, r.Compressed, r.Errors)
-					if r.Errors > 0 {
-						res.Failures = append(res.Failures, fmt.Sprintf("full LIST rv=%s %s gzip=%v on %s: %d errors (first: %s)", rv, format, gz, t.name, r.Errors, r.FirstError))
-					}
+					record(runFullList(ctx, s, o, t, format, gz, rv, want, floor.pid, false))
 				}
 			}
 		}
@@ -161,6 +162,7 @@ func contentTypeOf(format string) string {
 // answer is decoded and its pods counted; the others are read and dropped,
 // so the client's decoding does not take the servers' CPU on a shared
 // machine.
+//
 // floorPID is the wire floor's process when t is the floor (its CPU is
 // measured too), else 0; keepBody keeps the first answer in the result.
 func runFullList(ctx context.Context, s *stackInfo, o options, t target, format string, gz bool, rv string, want, floorPID int, keepBody bool) FullListResult {
