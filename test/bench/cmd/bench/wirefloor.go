@@ -32,15 +32,13 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
 )
 
 // wireFloorEnv set in the environment makes the bench serve the wire floor
 // instead of running (see startWireFloor).
 const wireFloorEnv = "INDEX_BENCH_WIRE_FLOOR"
-
-// wireFloorChunk is the size of the floor's writes: index-apiserver's LIST
-// writer's (registry/encoded), so the floor pays the same hand-offs.
-const wireFloorChunk = 64 << 10
 
 // wireFloorHello is the line the floor process prints when it listens.
 type wireFloorHello struct {
@@ -58,8 +56,9 @@ type wireFloor struct {
 }
 
 // wireFloorHandler keeps one body per path (PUT) and writes it back (GET) in
-// wireFloorChunk writes, gzip-compressed above k8s.io/apiserver's threshold
-// for clients that accept it, as its response writer does.
+// writes the size of index-apiserver's LIST writes (encoded.ListChunk),
+// gzip-compressed above k8s.io/apiserver's threshold for clients that accept
+// it, as its response writer does.
 type wireFloorHandler struct {
 	mu     sync.Mutex
 	bodies map[string]wireFloorBody
@@ -99,7 +98,9 @@ func (h *wireFloorHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			out = gw
 		}
 		for b := body.b; len(b) > 0; {
-			n := min(len(b), wireFloorChunk)
+			// index-apiserver's LIST writes, so the floor pays the same
+			// hand-offs to the connection.
+			n := min(len(b), encoded.ListChunk)
 			if _, err := out.Write(b[:n]); err != nil {
 				return
 			}
