@@ -54,8 +54,6 @@ type FullListResult struct {
 	FloorCPUms float64 `json:"wireFloorCPUmsPerList,omitempty"`
 	Errors     int     `json:"errors"`
 	FirstError string  `json:"firstError,omitempty"`
-	// body is the first answer, uncompressed (what the wire floor serves).
-	body []byte
 }
 
 // fullListTargets: kube-apiserver, index-apiserver's group directly, and
@@ -112,17 +110,15 @@ func fullListPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 					if ctx.Err() != nil {
 						return
 					}
+					r, body := runFullList(ctx, s, o, t, format, gz, rv, want, 0)
 					// The floor serves the first uncompressed answer of its
 					// source; no other body is kept (they are hundreds of MB).
-					keep := floor != nil && !gz && t.name == floorSource(o) && !floorBodies[format]
-					r := runFullList(ctx, s, o, t, format, gz, rv, want, 0, keep)
-					if keep && r.body != nil {
-						if err := floor.put(ctx, "/pods-"+format, contentTypeOf(format), r.body); err != nil {
+					if floor != nil && !gz && t.name == floorSource(o) && !floorBodies[format] && body != nil {
+						if err := floor.put(ctx, "/pods-"+format, contentTypeOf(format), body); err != nil {
 							res.Failures = append(res.Failures, err.Error())
 							return
 						}
 						floorBodies[format] = true
-						r.body = nil
 					}
 					k := sizeKey{t.name, format, rv}
 					if !gz {
@@ -135,7 +131,8 @@ func fullListPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 				}
 				if floor != nil && floorBodies[format] {
 					t := target{wireFloorTarget, floor.client, floor.url}
-					record(runFullList(ctx, s, o, t, format, gz, rv, want, floor.pid, false))
+					r, _ := runFullList(ctx, s, o, t, format, gz, rv, want, floor.pid)
+					record(r)
 				}
 			}
 		}
@@ -163,9 +160,10 @@ func contentTypeOf(format string) string {
 // so the client's decoding does not take the servers' CPU on a shared
 // machine.
 //
+// It also returns the first answer, uncompressed (nil if it failed).
 // floorPID is the wire floor's process when t is the floor (its CPU is
-// measured too), else 0; keepBody keeps the first answer in the result.
-func runFullList(ctx context.Context, s *stackInfo, o options, t target, format string, gz bool, rv string, want, floorPID int, keepBody bool) FullListResult {
+// measured too), else 0.
+func runFullList(ctx context.Context, s *stackInfo, o options, t target, format string, gz bool, rv string, want, floorPID int) (FullListResult, []byte) {
 	r := FullListResult{Target: t.name, Format: format, Gzip: gz, RV: rv, Pods: want, Requests: o.fullListRequests}
 	url := t.prefix + "/pods"
 	if t.name == wireFloorTarget {
@@ -174,6 +172,7 @@ func runFullList(ctx context.Context, s *stackInfo, o options, t target, format 
 		url += "?resourceVersion=0"
 	}
 	var lat []time.Duration
+	var first []byte
 	k0, i0, f0 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID), cpuSeconds(floorPID)
 	for i := 0; i < o.fullListRequests && ctx.Err() == nil; i++ {
 		t0 := time.Now()
@@ -193,8 +192,8 @@ func runFullList(ctx context.Context, s *stackInfo, o options, t target, format 
 			continue
 		}
 		r.WireBytes, r.Compressed = wire, compressed
-		if body != nil && keepBody {
-			r.body = body
+		if body != nil {
+			first = body
 		}
 		lat = append(lat, d)
 	}
@@ -205,7 +204,7 @@ func runFullList(ctx context.Context, s *stackInfo, o options, t target, format 
 	if floorPID != 0 {
 		r.FloorCPUms = (f1 - f0) * 1000 / float64(o.fullListRequests)
 	}
-	return r
+	return r, first
 }
 
 // fullList sends one LIST and returns the pods in it and its uncompressed

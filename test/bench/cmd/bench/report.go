@@ -61,12 +61,18 @@ func writeResults(o options, res *Results) error {
 	if o.smoke || o.markdown == "" {
 		return nil
 	}
-	rel := ""
-	if png != "" {
-		if rel, err = filepath.Rel(filepath.Dir(o.markdown), png); err != nil {
-			rel = png
+	// relative makes a plot's path relative to the Markdown file's folder
+	// (as it is linked from there).
+	relative := func(path string) string {
+		if path == "" {
+			return ""
 		}
+		if r, err := filepath.Rel(filepath.Dir(o.markdown), path); err == nil {
+			path = r
+		}
+		return filepath.ToSlash(path)
 	}
+	rel := relative(png)
 	f, err := os.OpenFile(o.markdown, os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
@@ -75,17 +81,14 @@ func writeResults(o options, res *Results) error {
 	md := ""
 	switch o.mode {
 	case "engine":
-		md = markdown(res, out, filepath.ToSlash(rel))
+		md = markdown(res, out, rel)
 		if fullListPNG != "" {
-			if r, err := filepath.Rel(filepath.Dir(o.markdown), fullListPNG); err == nil {
-				fullListPNG = r
-			}
-			md += fmt.Sprintf("\n![Full LIST: index-apiserver's and the wire floor's CPU per LIST as a share of kube-apiserver's, and their p50 speed-up on it, against issue 20's targets](%s)\n", filepath.ToSlash(fullListPNG))
+			md += fmt.Sprintf("\n![Full LIST: index-apiserver's and the wire floor's CPU per LIST as a share of kube-apiserver's, and their p50 speed-up on it, against issue 20's targets](%s)\n", relative(fullListPNG))
 		}
 	case "saturate":
-		md = saturationMarkdown(res, o, out, filepath.ToSlash(rel))
+		md = saturationMarkdown(res, o, out, rel)
 	default:
-		md = fleetMarkdown(res, o, out, filepath.ToSlash(rel))
+		md = fleetMarkdown(res, o, out, rel)
 	}
 	_, err = f.WriteString(md)
 	if err != nil {

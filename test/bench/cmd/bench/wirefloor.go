@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/apiserver/pkg/features"
 
 	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
 )
@@ -58,7 +60,8 @@ type wireFloor struct {
 // wireFloorHandler keeps one body per path (PUT) and writes it back (GET) in
 // writes the size of index-apiserver's LIST writes (encoded.ListChunk),
 // gzip-compressed above k8s.io/apiserver's threshold for clients that accept
-// it, as its response writer does.
+// it (negotiated and compressed by k8s.io/apiserver's own functions), as its
+// response writer does.
 type wireFloorHandler struct {
 	mu     sync.Mutex
 	bodies map[string]wireFloorBody
@@ -91,10 +94,14 @@ func (h *wireFloorHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", body.contentType)
 		out := io.Writer(w)
-		if acceptsGzip(r) && len(body.b) > gzipThreshold {
+		if responsewriters.ContentEncodingSupported(r, features.APIResponseCompression) == "gzip" && len(body.b) > gzipThreshold {
 			w.Header().Set("Content-Encoding", "gzip")
-			gw, _ := gzip.NewWriterLevel(w, 1) // k8s.io/apiserver's level
-			defer gw.Close()
+			gw := gzipWriters.Get().(*gzip.Writer) // k8s.io/apiserver's level
+			gw.Reset(w)
+			defer func() {
+				_ = gw.Close()
+				gzipWriters.Put(gw)
+			}()
 			out = gw
 		}
 		for b := body.b; len(b) > 0; {
@@ -111,16 +118,8 @@ func (h *wireFloorHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func acceptsGzip(r *http.Request) bool {
-	for _, v := range r.Header.Values("Accept-Encoding") {
-		for _, tok := range bytes.Split([]byte(v), []byte(",")) {
-			if string(bytes.TrimSpace(tok)) == "gzip" {
-				return true
-			}
-		}
-	}
-	return false
-}
+// gzipWriters are k8s.io/apiserver's (its compression level).
+var gzipWriters = responsewriters.NewGzipWriterPoolOrDie()
 
 // serveWireFloor is the floor process: it listens on loopback, prints its
 // wireFloorHello and serves until its stdin closes (the bench ended).
