@@ -19,7 +19,6 @@ import (
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
-	"github.com/index-apiserver/index-apiserver/pkg/clusterproxy"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
@@ -84,7 +83,7 @@ type CompletedConfig struct {
 // Complete fills in defaults.
 func (cfg *Config) Complete() CompletedConfig {
 	if cfg.ExtraConfig.ClusterProxy {
-		cfg.GenericConfig.LongRunningFunc = clusterproxy.LongRunning(cfg.GenericConfig.LongRunningFunc)
+		completeClusterProxy(cfg.GenericConfig)
 	}
 	return CompletedConfig{&completedConfig{
 		GenericConfig: cfg.GenericConfig.Complete(),
@@ -112,6 +111,7 @@ type mirror struct {
 func (c CompletedConfig) New() (*Server, error) {
 	s := &Server{Caches: map[string]*indexcache.Cache{}}
 	mirrors := map[string]*mirror{}
+	counts := newObjectCounts()
 	for _, res := range []upstream.Resource{upstream.Pods, upstream.Nodes} {
 		m, err := c.newMirror(res)
 		if err != nil {
@@ -119,7 +119,10 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 		mirrors[res.Name] = m
 		s.Caches[res.Name] = m.cache
+		// The mirror and, under the cluster proxy, the core resource.
+		counts.add(m.cache, indexing.Resource(res.Name).String(), res.Name)
 	}
+	c.GenericConfig.StorageObjectCountTracker = counts
 	if c.ExtraConfig.ClusterProxy {
 		// The handler chain is built by New below, so the proxy goes in first.
 		if err := c.installClusterProxy(mirrors["pods"].reader, mirrors["nodes"].reader); err != nil {

@@ -14,9 +14,9 @@ import (
 )
 
 // installClusterProxy puts the cluster proxy inside the generic handler
-// chain (after authentication, the clusters/proxy authorization and
-// impersonation; before the API handlers): the core view served from the
-// caches, and kube-apiserver for everything else.
+// chain (after every filter; before the API handlers): the core view served
+// from the caches, and kube-apiserver for everything else. Complete has
+// already taught the filters the inner request (completeClusterProxy).
 func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader) error {
 	gc := c.GenericConfig
 	if c.ExtraConfig.PolicyClientConfig == nil {
@@ -34,15 +34,30 @@ func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader)
 		return fmt.Errorf("cluster proxy: %w", err)
 	}
 	proxy := clusterproxy.New(clusterproxy.Config{
-		Cache:      cache,
-		Upstream:   up,
-		Authorizer: gc.Authorization.Authorizer,
-		Serializer: gc.Serializer,
+		Cache:    cache,
+		Cached:   clusterproxy.CoreCached,
+		Upstream: up,
 	})
 	build := gc.BuildHandlerChainFunc
 	gc.BuildHandlerChainFunc = func(api http.Handler, cfg *genericapiserver.Config) http.Handler {
-		return build(proxy.Wrap(api), cfg)
+		return clusterproxy.Mark(build(proxy.Wrap(api), cfg))
 	}
 	klog.InfoS("Serving kube-apiserver's API under the cluster proxy prefix", "prefix", clusterproxy.Prefix, "upstream", c.ExtraConfig.PolicyClientConfig.Host)
 	return nil
+}
+
+// completeClusterProxy makes the generic filters see the request inside the
+// prefix: its request info (audit, priority and fairness, the watch caps,
+// request metrics), whether it is long-running, and its authorization (the
+// prefix's gate, then the caller's right to a cached read).
+func completeClusterProxy(gc *genericapiserver.RecommendedConfig) {
+	gc.LongRunningFunc = clusterproxy.LongRunning(gc.LongRunningFunc)
+	base := gc.RequestInfoResolver
+	if base == nil {
+		base = genericapiserver.NewRequestInfoResolver(&gc.Config)
+	}
+	gc.RequestInfoResolver = clusterproxy.RequestInfoResolver(base)
+	if gc.Authorization.Authorizer != nil {
+		gc.Authorization.Authorizer = clusterproxy.Authorizer(gc.Authorization.Authorizer, clusterproxy.CoreCached)
+	}
 }
