@@ -225,7 +225,9 @@ func TestClusterProxyFlowSchemas(t *testing.T) {
 	if _, err := admin.kube.FlowcontrolV1().FlowSchemas().Create(ctx, fs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.kube.FlowcontrolV1().FlowSchemas().Delete(context.Background(), schema, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = admin.kube.FlowcontrolV1().FlowSchemas().Delete(context.Background(), schema, metav1.DeleteOptions{})
+	})
 	// Little concurrency, so that the tiny level has one seat.
 	port, _ := startReplica(t, "index-apiserver-s29-apf", "--enable-cluster-proxy",
 		"--max-requests-inflight=4", "--max-mutating-requests-inflight=2")
@@ -502,7 +504,9 @@ func grantCorePodReaders(t *testing.T, ctx context.Context, admin *clients, name
 	if _, err := admin.kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = admin.kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
 	if _, err := admin.kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
