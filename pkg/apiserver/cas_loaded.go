@@ -8,7 +8,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/apiserver/pkg/server/healthz"
 )
@@ -25,11 +27,21 @@ type authenticationCAs struct {
 }
 
 func (c CompletedConfig) authenticationCAs() *authenticationCAs {
+	return newAuthenticationCAs(c.GenericConfig.Authentication.RequestHeaderConfig, c.GenericConfig.SecureServing)
+}
+
+// newAuthenticationCAs waits for the front-proxy CA and the serving
+// ClientCA. The latter is what k8s.io/apiserver's
+// DelegatingAuthenticationOptions.ApplyTo made it: the union of the client
+// CA (kube-system/extension-apiserver-authentication's client-ca-file) and
+// the front-proxy CA, so a cluster whose kube-apiserver has no
+// --client-ca-file (no client-ca-file key) is not waited for forever.
+func newAuthenticationCAs(rh *authenticatorfactory.RequestHeaderConfig, s *genericapiserver.SecureServingInfo) *authenticationCAs {
 	cas := &authenticationCAs{}
-	if rh := c.GenericConfig.Authentication.RequestHeaderConfig; rh != nil {
+	if rh != nil {
 		cas.frontProxy = rh.CAContentProvider
 	}
-	if s := c.GenericConfig.SecureServing; s != nil {
+	if s != nil {
 		cas.client = s.ClientCA
 	}
 	return cas

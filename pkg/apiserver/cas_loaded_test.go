@@ -1,12 +1,20 @@
 package apiserver
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes/fake"
+	certutil "k8s.io/client-go/util/cert"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
@@ -72,4 +80,72 @@ func TestStartingReplicaAsksClientsToRetry(t *testing.T) {
 	if err := cas.readyz().Check(nil); err != nil {
 		t.Errorf("loaded: not ready: %v", err)
 	}
+}
+
+// TestGateOpensWithoutClientCAFile (issue 29, suspected): on a cluster whose
+// kube-apiserver runs without --client-ca-file, kube-system's
+// extension-apiserver-authentication has no client-ca-file key, so the
+// client CA provider never loads. The gate still opens once the front-proxy
+// CA is loaded: k8s.io/apiserver's DelegatingAuthenticationOptions.ApplyTo
+// makes the serving ClientCA the union of the client CA and the
+// front-proxy CA, and the gate checks that union; token- and
+// front-proxy-authenticated requests are served. Wired as ApplyTo wires it,
+// with the ConfigMap controllers running against a fake kube-apiserver.
+func TestGateOpensWithoutClientCAFile(t *testing.T) {
+	for name, data := range map[string]map[string]string{
+		"no client-ca-file": {"requestheader-client-ca-file": testCAPEM(t)},
+		"both":              {"requestheader-client-ca-file": testCAPEM(t), "client-ca-file": testCAPEM(t)},
+	} {
+		client := fake.NewSimpleClientset(&corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "extension-apiserver-authentication"}, Data: data})
+		clientCA, err := dynamiccertificates.NewDynamicCAFromConfigMapController("client-ca", "kube-system", "extension-apiserver-authentication", "client-ca-file", client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frontProxyCA, err := dynamiccertificates.NewDynamicCAFromConfigMapController("client-ca", "kube-system", "extension-apiserver-authentication", "requestheader-client-ca-file", client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serving := &genericapiserver.SecureServingInfo{}
+		info := &genericapiserver.AuthenticationInfo{}
+		// ApplyTo's order: the client CA, then the request-header CA.
+		if err := info.ApplyClientCert(clientCA, serving); err != nil {
+			t.Fatal(err)
+		}
+		if err := info.ApplyClientCert(frontProxyCA, serving); err != nil {
+			t.Fatal(err)
+		}
+		cas := newAuthenticationCAs(&authenticatorfactory.RequestHeaderConfig{CAContentProvider: frontProxyCA}, serving)
+
+		ctx, cancel := context.WithCancel(context.Background())
+		go clientCA.Run(ctx, 1)
+		go frontProxyCA.Run(ctx, 1)
+		h := cas.gate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/apis/indexing.k8s.io/v1alpha1/pods", nil))
+			if rec.Code == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the gate never opened: %d %s", name, rec.Code, rec.Body)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := cas.readyz().Check(nil); err != nil {
+			t.Errorf("%s: not ready: %v", name, err)
+		}
+		cancel()
+	}
+}
+
+// testCAPEM is a self-signed CA certificate in PEM.
+func testCAPEM(t *testing.T) string {
+	t.Helper()
+	cert, _, err := certutil.GenerateSelfSignedCertKey("test-ca", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(cert)
 }
