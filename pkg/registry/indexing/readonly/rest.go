@@ -76,7 +76,13 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 	if options != nil {
 		rv = options.ResourceVersion
 	}
-	obj, err := r.cache.Get(ctx, r.namespace(ctx), name, rv)
+	ns := r.namespace(ctx)
+	if r.Namespaced && ns == "" {
+		// kube-apiserver's store answers a namespaced object without a
+		// namespace (GET /api/v1/namespaces//pods/x) so.
+		return nil, errors.NewBadRequest("Namespace parameter required.")
+	}
+	obj, err := r.cache.Get(ctx, ns, name, rv)
 	if err != nil {
 		return nil, err
 	}
