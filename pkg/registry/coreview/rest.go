@@ -13,8 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/rest"
 
@@ -44,13 +46,49 @@ func (r REST) Get(ctx context.Context, name string, options *metav1.GetOptions) 
 }
 
 func (r REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
-	obj, err := r.REST.List(ctx, options)
+	obj, err := r.REST.List(ctx, withoutPodIPs(options))
 	return obj, coreError(err)
 }
 
 func (r REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
-	w, err := r.REST.Watch(ctx, options)
+	w, err := r.REST.Watch(ctx, withoutPodIPs(options))
 	return w, coreError(err)
+}
+
+// withoutPodIPs applies the options' status.podIPs requirements as
+// kube-apiserver does: the field is accepted but is not among a pod's
+// selectable fields, so it reads "" for every pod. A requirement every pod
+// meets (status.podIPs=, status.podIPs!=x) is dropped; one no pod meets
+// becomes metadata.name= (no object has an empty name), so the cache, and a
+// consistent read answered upstream, select nothing.
+func withoutPodIPs(options *metainternalversion.ListOptions) *metainternalversion.ListOptions {
+	if options == nil || options.FieldSelector == nil {
+		return options
+	}
+	reqs := options.FieldSelector.Requirements()
+	found := false
+	for _, r := range reqs {
+		found = found || r.Field == podIPsField
+	}
+	if !found {
+		return options
+	}
+	terms := make([]fields.Selector, 0, len(reqs))
+	for _, r := range reqs {
+		equal := r.Operator != selection.NotEquals
+		switch {
+		case r.Field != podIPsField && equal:
+			terms = append(terms, fields.OneTermEqualSelector(r.Field, r.Value))
+		case r.Field != podIPsField:
+			terms = append(terms, fields.OneTermNotEqualSelector(r.Field, r.Value))
+		case (r.Value == "") == equal: // every pod
+		default:
+			terms = append(terms, fields.OneTermEqualSelector("metadata.name", ""))
+		}
+	}
+	out := *options
+	out.FieldSelector = fields.AndSelectors(terms...)
+	return &out
 }
 
 // coreError rewrites an error that names a mirror resource (the caches are

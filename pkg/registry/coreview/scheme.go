@@ -94,13 +94,31 @@ func addToScheme(s *runtime.Scheme) error {
 		}
 	}
 
-	// Field selectors reach the storage only for fields the scheme knows;
-	// the same fields as the mirrors, with kube-apiserver's error otherwise.
-	if err := s.AddFieldLabelConversionFunc(v1GV.WithKind("Pod"), fieldLabels(indexing.PodFields, true)); err != nil {
+	// Field selectors reach the storage only for the fields kube-apiserver
+	// 1.37 accepts (k8s.io/kubernetes pkg/apis/core/v1/conversion.go), with
+	// its error otherwise: the mirrors' own metadata.ownerReferences.uid is
+	// not one of them.
+	if err := s.AddFieldLabelConversionFunc(v1GV.WithKind("Pod"), fieldLabels(podFieldLabels, true)); err != nil {
 		return err
 	}
-	return s.AddFieldLabelConversionFunc(v1GV.WithKind("Node"), fieldLabels(indexing.NodeFields, false))
+	return s.AddFieldLabelConversionFunc(v1GV.WithKind("Node"), fieldLabels(nodeFieldLabels, false))
 }
+
+// The field labels kube-apiserver 1.37 accepts for core pods and nodes.
+// status.podIPs is accepted but not among a pod's selectable fields
+// (pkg/registry/core/pod ToSelectableFields), so it reads as "" there:
+// REST.withoutPodIPs applies it so.
+var (
+	podFieldLabels = map[string]bool{
+		"metadata.name": true, "metadata.namespace": true,
+		"spec.nodeName": true, "spec.restartPolicy": true, "spec.schedulerName": true,
+		"spec.serviceAccountName": true, "spec.hostNetwork": true,
+		"status.phase": true, "status.podIP": true, podIPsField: true, "status.nominatedNodeName": true,
+	}
+	nodeFieldLabels = map[string]bool{"metadata.name": true, "spec.unschedulable": true}
+)
+
+const podIPsField = "status.podIPs"
 
 // The converted objects share the cached object's maps and slices: encoders
 // only read them (and stamp apiVersion and kind on the new outer struct).
@@ -112,12 +130,12 @@ func nodeToCore(in *indexing.Node, out *corev1.Node) {
 	out.ObjectMeta, out.Spec, out.Status = in.ObjectMeta, in.Spec, in.Status
 }
 
-func fieldLabels(fields map[string]indexing.FieldFunc, namespaced bool) runtime.FieldLabelConversionFunc {
+func fieldLabels(supported map[string]bool, namespaced bool) runtime.FieldLabelConversionFunc {
 	return func(label, value string) (string, string, error) {
 		if namespaced && label == "spec.host" { // old v1 clients' name for spec.nodeName, as kube-apiserver accepts it
 			label = "spec.nodeName"
 		}
-		if _, ok := fields[label]; ok || (namespaced && label == "metadata.namespace") {
+		if supported[label] {
 			return label, value, nil
 		}
 		return "", "", fmt.Errorf("field label not supported: %s", label)
