@@ -23,6 +23,7 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/advice"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/node"
@@ -97,6 +98,9 @@ type Server struct {
 	GenericAPIServer *genericapiserver.GenericAPIServer
 	// Caches by resource ("pods", "nodes"), for the IndexPolicy controller.
 	Caches map[string]*indexcache.Cache
+	// anyResources serves the resources IndexPolicies name beyond pods and
+	// nodes under the cluster proxy; empty without it.
+	anyResources *anyresource.Registry
 }
 
 // mirror is one served resource: its cache, the feed that fills it, and
@@ -110,7 +114,7 @@ type mirror struct {
 // New builds the server. Caches start filling in a post-start hook, and
 // /readyz fails until all of them have synced.
 func (c CompletedConfig) New() (*Server, error) {
-	s := &Server{Caches: map[string]*indexcache.Cache{}}
+	s := &Server{Caches: map[string]*indexcache.Cache{}, anyResources: anyresource.NewRegistry()}
 	mirrors := map[string]*mirror{}
 	for _, res := range []upstream.Resource{upstream.Pods, upstream.Nodes} {
 		m, err := c.newMirror(res)
@@ -122,7 +126,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	if c.ExtraConfig.ClusterProxy {
 		// The handler chain is built by New below, so the proxy goes in first.
-		if err := c.installClusterProxy(mirrors["pods"].reader, mirrors["nodes"].reader); err != nil {
+		if err := c.installClusterProxy(mirrors["pods"].reader, mirrors["nodes"].reader, s.anyResources); err != nil {
 			return nil, err
 		}
 	}

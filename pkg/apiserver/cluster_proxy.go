@@ -10,6 +10,7 @@ import (
 
 	"github.com/index-apiserver/index-apiserver/pkg/clusterproxy"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/coreview"
 )
 
@@ -17,7 +18,7 @@ import (
 // chain (after authentication, the clusters/proxy authorization and
 // impersonation; before the API handlers): the core view served from the
 // caches, and kube-apiserver for everything else.
-func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader) error {
+func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader, anyResources *anyresource.Registry) error {
 	gc := c.GenericConfig
 	if c.ExtraConfig.PolicyClientConfig == nil {
 		return fmt.Errorf("the cluster proxy needs kube-apiserver's address (--kubeconfig or in-cluster)")
@@ -35,6 +36,7 @@ func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader)
 	}
 	proxy := clusterproxy.New(clusterproxy.Config{
 		Cache:      cache,
+		Cached:     anyResources,
 		Upstream:   up,
 		Authorizer: gc.Authorization.Authorizer,
 		Serializer: gc.Serializer,

@@ -69,12 +69,21 @@ var innerLongRunning = genericfilters.BasicLongRunningRequestCheck(
 type Config struct {
 	// Cache serves core get/list/watch of pods and nodes under /api/v1.
 	Cache http.Handler
+	// Cached serves the reads of the other cached resources (those
+	// IndexPolicies name), the ones it Serves; nil: none.
+	Cached CachedResources
 	// Upstream forwards everything else (see NewUpstream).
 	Upstream *Upstream
 	// Authorizer decides whether the caller may read the core resource.
 	Authorizer authorizer.UnconditionalAuthorizer
 	// Serializer writes errors.
 	Serializer runtime.NegotiatedSerializer
+}
+
+// CachedResources serves reads of the resources cached now.
+type CachedResources interface {
+	http.Handler
+	Serves(method string, info *request.RequestInfo) bool
 }
 
 // Handler serves the prefix and hands every other request to the next handler.
@@ -144,7 +153,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	info, _ := request.RequestInfoFrom(inner.Context())
 	outcome := OutcomePassthrough
-	if cacheable(inner.Method, info) {
+	cached := h.cfg.Cache
+	other := h.cfg.Cached != nil && h.cfg.Cached.Serves(inner.Method, info)
+	if other {
+		cached = h.cfg.Cached
+	}
+	if cacheable(inner.Method, info) || other {
 		outcome = OutcomeCache
 		if allowed := h.authorize(mw.writer(), inner); !allowed {
 			outcome = OutcomeDenied
@@ -159,7 +173,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}()
 	switch outcome {
 	case OutcomeCache:
-		h.cfg.Cache.ServeHTTP(mw.writer(), inner)
+		cached.ServeHTTP(mw.writer(), inner)
 	case OutcomePassthrough:
 		mw.countBytes = true
 		h.cfg.Upstream.ServeHTTP(mw.writer(), inner)

@@ -20,6 +20,13 @@ type resourceState struct {
 	applyErr error
 	// stats of the indexes the cache has built, by name.
 	stats map[string]indexcache.IndexStat
+	// startErr says why the cache of a resource beyond the built-in ones
+	// could not start.
+	startErr error
+	// held: the cache reported objects and bytes held.
+	held    bool
+	objects int
+	bytes   int64
 }
 
 // desiredStatus computes a policy's status from the decision about it and the
@@ -50,7 +57,14 @@ func desiredStatus(p *configv1alpha1.IndexPolicy, d Decision, states map[string]
 	res := d.Keep.Resource
 	keep := setOf(d.Keep.Labels, d.Keep.Fields)
 	st := states[res]
+	if st.held {
+		out.Cache = &configv1alpha1.CacheStatus{Objects: int64(st.objects), Bytes: st.bytes}
+	}
 	switch {
+	case st.startErr != nil:
+		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonCacheNotRunning,
+			fmt.Sprintf("no cache of %s: %v", res, st.startErr))
+		return out
 	case !st.running:
 		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonCacheNotRunning,
 			fmt.Sprintf("this server has no cache of %s", res))
