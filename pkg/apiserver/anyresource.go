@@ -158,6 +158,7 @@ func (a *anyCaches) resolve(ctx context.Context, resource string) (anyresource.R
 	if err != nil {
 		return anyresource.Resource{}, fmt.Errorf("reading the CustomResourceDefinition of %s: %w", gvr.GroupResource(), err)
 	}
+	res.Custom = true
 	res.ListKind = crd.Spec.Names.ListKind
 	if crd.Spec.Names.Singular != "" {
 		res.Singular = crd.Spec.Names.Singular
@@ -194,7 +195,7 @@ func (a *anyCaches) start(ctx context.Context, res anyresource.Resource) (*anyCa
 	}
 	raw := upstream.RawResource(res.GVR, res.Namespaced, fields)
 	feed := upstream.NewFeed(raw, a.kube, a.read, a.tuning.RevisionReadInterval)
-	codec := anyresource.Codec{GVK: res.GVK()}
+	codec := res.Codec()
 	cfgFields := make(map[string]indexcache.FieldFunc, len(raw.Fields))
 	for name, fn := range raw.Fields {
 		cfgFields[name] = indexcache.FieldFunc(fn)

@@ -292,6 +292,14 @@ func (c *Controller) sync(ctx context.Context) error {
 			wanted[res] = true
 		}
 	}
+	// A resource accepted now starts its cache now, with the indexes
+	// recorded so far (none): its first status then says how the cache is.
+	for _, d := range decisions {
+		if d.Keep != nil && !IsBuiltin(d.Keep.Resource) && !wanted[d.Keep.Resource] {
+			wanted[d.Keep.Resource] = true
+			effective[d.Keep.Resource] = IndexSet{}
+		}
+	}
 	for _, res := range sortedKeys(effective) {
 		setter, ok := c.caches[res]
 		if !IsBuiltin(res) && c.dynamic != nil {
@@ -326,6 +334,14 @@ func (c *Controller) sync(ctx context.Context) error {
 		if h, ok := setter.(HeldReporter); ok {
 			st.objects, st.bytes = h.Held()
 			st.held = true
+		}
+		if s, ok := setter.(interface{ HasSynced() bool }); ok && !IsBuiltin(res) {
+			st.syncing = !s.HasSynced()
+		}
+		if st.syncing {
+			// Nothing else tells the controller when the cache syncs or
+			// its feed fails: look again soon.
+			c.queue.AddAfter(syncKey, time.Second)
 		}
 		states[res] = st
 	}

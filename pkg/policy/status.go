@@ -23,6 +23,8 @@ type resourceState struct {
 	// startErr says why the cache of a resource beyond the built-in ones
 	// could not start.
 	startErr error
+	// syncing: the cache has not loaded its first list yet.
+	syncing bool
 	// held: the cache reported objects and bytes held.
 	held    bool
 	objects int
@@ -64,6 +66,10 @@ func desiredStatus(p *configv1alpha1.IndexPolicy, d Decision, states map[string]
 	case st.startErr != nil:
 		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonCacheNotRunning,
 			fmt.Sprintf("no cache of %s: %v", res, st.startErr))
+		return out
+	case st.syncing:
+		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonPending,
+			fmt.Sprintf("the cache of %s is loading its first list", res))
 		return out
 	case !st.running:
 		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonCacheNotRunning,

@@ -26,6 +26,9 @@ const heldFormat = "held-json"
 // decodes them into an Unstructured, keeping nothing.
 type Codec struct {
 	GVK schema.GroupVersionKind
+	// BuiltIn: a compiled type's list metadata omits what is empty
+	// (continue), an Unstructured list's has it.
+	BuiltIn bool
 }
 
 var (
@@ -108,6 +111,9 @@ var (
 func (c Codec) WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object) (bool, error) {
 	if plain, err := c.plainJSON(id, encode); err != nil || !plain {
 		return false, err
+	}
+	if u, ok := envelope.(*unstructured.UnstructuredList); ok && c.BuiltIn && u.GetContinue() == "" {
+		unstructured.RemoveNestedField(u.Object, "metadata", "continue")
 	}
 	var buf bytes.Buffer
 	if err := encode(envelope, &buf); err != nil {

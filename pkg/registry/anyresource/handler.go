@@ -44,7 +44,12 @@ type Resource struct {
 	// Columns are a custom resource's additionalPrinterColumns at the
 	// version; nil for a built-in (NAME and CREATED AT).
 	Columns []apiextensionsv1.CustomResourceColumnDefinition
+	// Custom: a custom resource (kube-apiserver serves it as Unstructured).
+	Custom bool
 }
+
+// Codec is how the resource's cache holds and writes its objects.
+func (r Resource) Codec() Codec { return Codec{GVK: r.GVK(), BuiltIn: !r.Custom} }
 
 // GVK is the resource's kind at its version.
 func (r Resource) GVK() schema.GroupVersionKind { return r.GVR.GroupVersion().WithKind(r.Kind) }
@@ -84,7 +89,7 @@ func NewHandler(res Resource, cache readonly.Cache, minRequestTimeout time.Durat
 			return l
 		},
 		TableConvertor: table,
-		WriteList:      Codec{GVK: gvk}.WriteList,
+		WriteList:      res.Codec().WriteList,
 	}, cache)
 
 	fields := map[string]bool{"metadata.name": true}
@@ -95,9 +100,9 @@ func NewHandler(res Resource, cache readonly.Cache, minRequestTimeout time.Durat
 		fields[f] = true
 	}
 	t := newTyper()
-	conv := convertor{gvk: gvk, fields: fields}
 	params := runtime.NewScheme()
 	metav1.AddToGroupVersion(params, res.GVR.GroupVersion())
+	conv := convertor{gvk: gvk, fields: fields, params: params}
 	ns := newNegotiated(t, conv)
 	var standard []runtime.SerializerInfo
 	standard = append(standard, metaCodecs.SupportedMediaTypes()...)

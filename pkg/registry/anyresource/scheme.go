@@ -63,6 +63,9 @@ func (creater) New(kind schema.GroupVersionKind) (runtime.Object, error) {
 type convertor struct {
 	gvk    schema.GroupVersionKind
 	fields map[string]bool
+	// params has the meta types (WatchEvent, options) at the resource's
+	// group and version, where the watch handler encodes its events.
+	params *runtime.Scheme
 }
 
 func (c convertor) Convert(in, out, context interface{}) error {
@@ -71,6 +74,9 @@ func (c convertor) Convert(in, out, context interface{}) error {
 
 func (c convertor) ConvertToVersion(in runtime.Object, target runtime.GroupVersioner) (runtime.Object, error) {
 	if _, ok := in.(runtime.Unstructured); !ok {
+		if out, err := c.params.ConvertToVersion(in, target); err == nil {
+			return out, nil
+		}
 		return metaScheme.ConvertToVersion(in, target)
 	}
 	kind := in.GetObjectKind().GroupVersionKind()

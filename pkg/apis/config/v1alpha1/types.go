@@ -146,7 +146,8 @@ type AcceptedIndexes struct {
 	Generation int64 `json:"generation"`
 	// resource is that generation's spec.resource.
 	// +required
-	// +kubebuilder:validation:Enum=pods;nodes
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	Resource string `json:"resource"`
 	// labels are that generation's label keys, sorted.
 	// +optional
