@@ -19,7 +19,6 @@ import (
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
-	"github.com/index-apiserver/index-apiserver/pkg/clusterproxy"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
@@ -75,6 +74,9 @@ type Config struct {
 type completedConfig struct {
 	GenericConfig genericapiserver.CompletedConfig
 	ExtraConfig   *ExtraConfig
+	// anyResources: the cached resources beyond pods and nodes, which the
+	// cluster proxy's authorizer (set up by Complete) and handler serve.
+	anyResources *anyresource.Registry
 }
 
 // CompletedConfig is a Config with every default filled in.
@@ -84,12 +86,14 @@ type CompletedConfig struct {
 
 // Complete fills in defaults.
 func (cfg *Config) Complete() CompletedConfig {
+	anyResources := anyresource.NewRegistry()
 	if cfg.ExtraConfig.ClusterProxy {
-		cfg.GenericConfig.LongRunningFunc = clusterproxy.LongRunning(cfg.GenericConfig.LongRunningFunc)
+		completeClusterProxy(cfg.GenericConfig, anyResources)
 	}
 	return CompletedConfig{&completedConfig{
 		GenericConfig: cfg.GenericConfig.Complete(),
 		ExtraConfig:   &cfg.ExtraConfig,
+		anyResources:  anyResources,
 	}}
 }
 
@@ -114,8 +118,9 @@ type mirror struct {
 // New builds the server. Caches start filling in a post-start hook, and
 // /readyz fails until all of them have synced.
 func (c CompletedConfig) New() (*Server, error) {
-	s := &Server{Caches: map[string]*indexcache.Cache{}, anyResources: anyresource.NewRegistry()}
+	s := &Server{Caches: map[string]*indexcache.Cache{}, anyResources: c.anyResources}
 	mirrors := map[string]*mirror{}
+	counts := newObjectCounts()
 	for _, res := range []upstream.Resource{upstream.Pods, upstream.Nodes} {
 		m, err := c.newMirror(res)
 		if err != nil {
@@ -123,7 +128,10 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 		mirrors[res.Name] = m
 		s.Caches[res.Name] = m.cache
+		// The mirror and, under the cluster proxy, the core resource.
+		counts.add(m.cache, indexing.Resource(res.Name).String(), res.Name)
 	}
+	c.GenericConfig.StorageObjectCountTracker = counts
 	if c.ExtraConfig.ClusterProxy {
 		// The handler chain is built by New below, so the proxy goes in first.
 		if err := c.installClusterProxy(mirrors["pods"].reader, mirrors["nodes"].reader, s.anyResources); err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/apiserver/pkg/endpoints/request"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/klog/v2"
 
@@ -15,9 +16,12 @@ import (
 )
 
 // installClusterProxy puts the cluster proxy inside the generic handler
-// chain (after authentication, the clusters/proxy authorization and
-// impersonation; before the API handlers): the core view served from the
-// caches, and kube-apiserver for everything else.
+// chain (after every filter; before the API handlers): the core view served
+// from the caches, and kube-apiserver for everything else. Complete has
+// already taught the filters the inner request (completeClusterProxy).
+//
+// Reads of the other cached resources (those IndexPolicies name) go to
+// anyResources.
 func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader, anyResources *anyresource.Registry) error {
 	gc := c.GenericConfig
 	if c.ExtraConfig.PolicyClientConfig == nil {
@@ -35,16 +39,44 @@ func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader,
 		return fmt.Errorf("cluster proxy: %w", err)
 	}
 	proxy := clusterproxy.New(clusterproxy.Config{
-		Cache:      cache,
-		Cached:     anyResources,
-		Upstream:   up,
-		Authorizer: gc.Authorization.Authorizer,
-		Serializer: gc.Serializer,
+		Cache: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if info, _ := request.RequestInfoFrom(req.Context()); anyResources.Serves(req.Method, info) {
+				anyResources.ServeHTTP(w, req)
+				return
+			}
+			cache.ServeHTTP(w, req)
+		}),
+		Cached:   cachedReads(anyResources),
+		Upstream: up,
 	})
 	build := gc.BuildHandlerChainFunc
 	gc.BuildHandlerChainFunc = func(api http.Handler, cfg *genericapiserver.Config) http.Handler {
-		return build(proxy.Wrap(api), cfg)
+		return clusterproxy.Mark(build(proxy.Wrap(api), cfg))
 	}
 	klog.InfoS("Serving kube-apiserver's API under the cluster proxy prefix", "prefix", clusterproxy.Prefix, "upstream", c.ExtraConfig.PolicyClientConfig.Host)
 	return nil
+}
+
+// completeClusterProxy makes the generic filters see the request inside the
+// prefix: its request info (audit, priority and fairness, the watch caps,
+// request metrics), whether it is long-running, and its authorization (the
+// prefix's gate, then the caller's right to a cached read).
+func completeClusterProxy(gc *genericapiserver.RecommendedConfig, anyResources *anyresource.Registry) {
+	gc.LongRunningFunc = clusterproxy.LongRunning(gc.LongRunningFunc)
+	base := gc.RequestInfoResolver
+	if base == nil {
+		base = genericapiserver.NewRequestInfoResolver(&gc.Config)
+	}
+	gc.RequestInfoResolver = clusterproxy.RequestInfoResolver(base)
+	if gc.Authorization.Authorizer != nil {
+		gc.Authorization.Authorizer = clusterproxy.Authorizer(gc.Authorization.Authorizer, cachedReads(anyResources))
+	}
+}
+
+// cachedReads selects the reads served from a cache: core pods and nodes,
+// and those of the resources cached now for IndexPolicies.
+func cachedReads(anyResources *anyresource.Registry) clusterproxy.Cached {
+	return func(method, path string, info *request.RequestInfo) bool {
+		return clusterproxy.CoreCached(method, path, info) || anyResources.Serves(method, info)
+	}
 }

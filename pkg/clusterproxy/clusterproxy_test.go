@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
 )
@@ -74,12 +76,16 @@ func TestRouting(t *testing.T) {
 		{"GET", "/version", false, false},
 		{"GET", "/openapi/v3", false, false},
 		{"GET", "", false, false},
+		// kube-apiserver routes only paths beginning /api/v1 to its core
+		// API: these are its 404s, passed through to be answered so.
+		{"GET", "//api/v1/pods", false, false},
+		{"GET", "//api/v1/namespaces/x/pods", false, false},
+		{"GET", "///api/v1/nodes", false, false},
+		{"GET", "/api/v1/watch/pods?watch=yes", true, true},
+		{"GET", "/api/v1/namespaces/ns/pods?watch=yes", true, true},
 	} {
 		req := httptest.NewRequest(c.method, Prefix+c.path, nil)
-		inner, err := innerRequest(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		inner := innerRequest(req)
 		wantPath := strings.SplitN(c.path, "?", 2)[0]
 		if wantPath == "" {
 			wantPath = "/"
@@ -87,23 +93,48 @@ func TestRouting(t *testing.T) {
 		if inner.URL.Path != wantPath {
 			t.Errorf("%s %s: inner path %q, want %q", c.method, c.path, inner.URL.Path, wantPath)
 		}
-		info, _ := request.RequestInfoFrom(inner.Context())
-		if got := cacheable(inner.Method, info); got != c.cached {
-			t.Errorf("%s %s: cacheable %v, want %v (info %+v)", c.method, c.path, got, c.cached, info)
+		info, err := testResolver.NewRequestInfo(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := CoreCached(inner.Method, inner.URL.Path, info); got != c.cached {
+			t.Errorf("%s %s: cached %v, want %v (info %+v)", c.method, c.path, got, c.cached, info)
 		}
 		lr := LongRunning(func(*http.Request, *request.RequestInfo) bool { return false })
-		if got := lr(req, nil); got != c.longRunning {
+		if got := lr(req, info); got != c.longRunning {
 			t.Errorf("%s %s: long-running %v, want %v", c.method, c.path, got, c.longRunning)
 		}
 	}
 }
 
+var testResolver = RequestInfoResolver(&request.RequestInfoFactory{
+	APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api"),
+})
+
+// chain serves req as the server's generic chain would around h: Mark, the
+// request info (RequestInfoResolver), the caller (already in req's
+// context), and the authorization filter with Authorizer over authz.
+func chain(h *Handler, authz authorizer.UnconditionalAuthorizer) http.Handler {
+	az := Authorizer(authorizer.AuthorizerFunc(authz.Authorize), CoreCached)
+	return Mark(filters.WithRequestInfo(filters.WithAuthorization(h.Wrap(http.NotFoundHandler()), az, codecs), testResolver))
+}
+
+// fakeAuthorizer allows the prefix's gate unless denyGate, and the rest if
+// allow; it keeps what it was asked.
 type fakeAuthorizer struct {
-	allow bool
-	seen  authorizer.Attributes
+	allow, denyGate bool
+	seen            authorizer.Attributes
+	gate            authorizer.Attributes
 }
 
 func (f *fakeAuthorizer) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	if a.GetResource() == Resource {
+		f.gate = a
+		if f.denyGate {
+			return authorizer.DecisionNoOpinion, "", nil
+		}
+		return authorizer.DecisionAllow, "", nil
+	}
 	f.seen = a
 	if f.allow {
 		return authorizer.DecisionAllow, "", nil
@@ -122,13 +153,15 @@ func TestCachedReadsAuthorizedOnTheCoreResource(t *testing.T) {
 				info, _ := request.RequestInfoFrom(r.Context())
 				servedPath = r.URL.Path + " " + info.Verb + " " + info.Namespace
 			}),
-			Authorizer: authz,
-			Serializer: codecs,
 		})
 		req := httptest.NewRequest("GET", Prefix+"/api/v1/namespaces/spark/pods?labelSelector=a%3Db", nil)
 		req = req.WithContext(request.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
 		rec := httptest.NewRecorder()
-		h.Wrap(http.NotFoundHandler()).ServeHTTP(rec, req)
+		chain(h, authz).ServeHTTP(rec, req)
+		if g := authz.gate; g == nil || g.GetVerb() != "get" || g.GetAPIGroup() != GroupName || g.GetResource() != Resource ||
+			g.GetSubresource() != Subresource || g.GetName() != Name || g.GetUser().GetName() != "alice" {
+			t.Errorf("gate checked as %+v, want alice get clusters/proxy local", g)
+		}
 
 		a := authz.seen
 		if a.GetVerb() != "list" || a.GetResource() != "pods" || a.GetNamespace() != "spark" || a.GetAPIGroup() != "" || a.GetUser().GetName() != "alice" {
@@ -164,7 +197,8 @@ func TestPassthroughImpersonates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Config{Upstream: up, Authorizer: &fakeAuthorizer{}, Serializer: codecs})
+	h := New(Config{Upstream: up})
+	authz := &fakeAuthorizer{}
 
 	req := httptest.NewRequest("POST", Prefix+"/api/v1/namespaces/spark/configmaps?fieldManager=x", strings.NewReader(`{"a":1}`))
 	for k, v := range map[string]string{
@@ -178,10 +212,13 @@ func TestPassthroughImpersonates(t *testing.T) {
 		Extra: map[string][]string{"authentication.kubernetes.io/credential-id": {"X509SHA256=ab"}},
 	}))
 	rec := httptest.NewRecorder()
-	h.Wrap(http.NotFoundHandler()).ServeHTTP(rec, req)
+	chain(h, authz).ServeHTTP(rec, req)
 
 	if rec.Code != http.StatusCreated || got == nil {
 		t.Fatalf("passthrough: %d %s", rec.Code, rec.Body)
+	}
+	if authz.seen != nil || authz.gate == nil || authz.gate.GetVerb() != "create" {
+		t.Errorf("a passed-through POST: gate checked as %+v, inner request %+v; want create on the gate only", authz.gate, authz.seen)
 	}
 	if got.URL.Path != "/api/v1/namespaces/spark/configmaps" || got.URL.RawQuery != "fieldManager=x" || gotBody != `{"a":1}` {
 		t.Errorf("upstream got %s %q body %q", got.URL.Path, got.URL.RawQuery, gotBody)
@@ -224,7 +261,7 @@ func TestPassthroughConnectionCannotDropIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Config{Upstream: up, Authorizer: &fakeAuthorizer{}, Serializer: codecs})
+	h := New(Config{Upstream: up})
 	identity := "Impersonate-User, Impersonate-Group, Impersonate-Uid, Impersonate-Extra-Authentication.kubernetes.io%2fcredential-Id, Authorization"
 	for _, c := range []struct {
 		name, method, path, connection string
@@ -246,7 +283,7 @@ func TestPassthroughConnectionCannotDropIdentity(t *testing.T) {
 				Extra: map[string][]string{"authentication.kubernetes.io/credential-id": {"X509SHA256=ab"}},
 			}))
 			rec := httptest.NewRecorder()
-			h.Wrap(http.NotFoundHandler()).ServeHTTP(rec, req)
+			chain(h, &fakeAuthorizer{}).ServeHTTP(rec, req)
 			var s seen
 			select {
 			case s = <-got:
@@ -273,7 +310,10 @@ func TestPassthroughConnectionCannotDropIdentity(t *testing.T) {
 
 type erringAuthorizer struct{ decision authorizer.Decision }
 
-func (e erringAuthorizer) Authorize(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+func (e erringAuthorizer) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	if a.GetResource() == Resource {
+		return authorizer.DecisionAllow, "", nil
+	}
 	return e.decision, "webhook said no", errors.New("the SubjectAccessReview failed: connection refused")
 }
 
@@ -289,14 +329,12 @@ func TestCachedReadAuthorizerErrorIs500(t *testing.T) {
 	} {
 		served := false
 		h := New(Config{
-			Cache:      http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true }),
-			Authorizer: erringAuthorizer{decision},
-			Serializer: codecs,
+			Cache: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true }),
 		})
 		req := httptest.NewRequest("GET", Prefix+"/api/v1/namespaces/spark/pods", nil)
 		req = req.WithContext(request.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
 		rec := httptest.NewRecorder()
-		h.Wrap(http.NotFoundHandler()).ServeHTTP(rec, req)
+		chain(h, erringAuthorizer{decision}).ServeHTTP(rec, req)
 		if rec.Code != want || served != (want == http.StatusOK) {
 			t.Errorf("authorizer decision %v with an error: %d (cache served %v) %s, want %d", decision, rec.Code, served, rec.Body, want)
 		}
@@ -321,10 +359,8 @@ func TestNestedPrefixIsServedHere(t *testing.T) {
 	}
 	var cachePath string
 	h := New(Config{
-		Cache:      http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { cachePath = r.URL.Path }),
-		Upstream:   up,
-		Authorizer: &fakeAuthorizer{allow: true},
-		Serializer: codecs,
+		Cache:    http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { cachePath = r.URL.Path }),
+		Upstream: up,
 	})
 	nested := strings.Repeat(Prefix, 3)
 	for path, want := range map[string]string{
@@ -336,13 +372,33 @@ func TestNestedPrefixIsServedHere(t *testing.T) {
 		cachePath, upstreamPath = "", ""
 		req := httptest.NewRequest("GET", path, nil)
 		req = req.WithContext(request.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
-		h.Wrap(http.NotFoundHandler()).ServeHTTP(httptest.NewRecorder(), req)
+		chain(h, &fakeAuthorizer{allow: true}).ServeHTTP(httptest.NewRecorder(), req)
 		got := "cache " + cachePath
 		if upstreamPath != "" {
 			got = "upstream " + upstreamPath
 		}
 		if got != want {
 			t.Errorf("GET %s: %s, want %s", path, got, want)
+		}
+	}
+}
+
+// TestGateCheckedFirst: without the prefix's own right (clusters/proxy
+// "local", verb by method) a request is refused whatever the caller may do
+// at kube-apiserver, and the message names the missing right; the inner
+// request is not even asked about.
+func TestGateCheckedFirst(t *testing.T) {
+	for method, verb := range map[string]string{"GET": "get", "POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"} {
+		authz := &fakeAuthorizer{allow: true, denyGate: true}
+		served := false
+		h := New(Config{Cache: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true })})
+		req := httptest.NewRequest(method, Prefix+"/api/v1/namespaces/spark/pods", nil)
+		req = req.WithContext(request.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+		rec := httptest.NewRecorder()
+		chain(h, authz).ServeHTTP(rec, req)
+		want := `User \"alice\" cannot ` + verb + ` resource \"clusters/proxy\" in API group \"indexing.k8s.io\"`
+		if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), want) || served || authz.seen != nil {
+			t.Errorf("%s without the gate: %d %s (served %v, inner asked %+v)", method, rec.Code, rec.Body, served, authz.seen)
 		}
 	}
 }

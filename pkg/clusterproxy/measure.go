@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 
 	"github.com/index-apiserver/index-apiserver/pkg/metrics"
@@ -22,6 +23,10 @@ type measuringWriter struct {
 	http.ResponseWriter
 	status     atomic.Int32
 	countBytes bool
+	// auditID, if set, is the only Audit-Id the response carries:
+	// kube-apiserver answers a passed-through request with its own (the
+	// same one: it is sent ours), which the proxy would add to ours.
+	auditID string
 }
 
 func newMeasuringWriter(w http.ResponseWriter) *measuringWriter {
@@ -36,12 +41,16 @@ func (m *measuringWriter) writer() http.ResponseWriter {
 func (m *measuringWriter) Unwrap() http.ResponseWriter { return m.ResponseWriter }
 
 func (m *measuringWriter) WriteHeader(code int) {
-	m.status.CompareAndSwap(0, int32(code))
+	if m.status.CompareAndSwap(0, int32(code)) {
+		m.oneAuditID()
+	}
 	m.ResponseWriter.WriteHeader(code)
 }
 
 func (m *measuringWriter) Write(b []byte) (int, error) {
-	m.status.CompareAndSwap(0, http.StatusOK)
+	if m.status.CompareAndSwap(0, http.StatusOK) {
+		m.oneAuditID()
+	}
 	n, err := m.ResponseWriter.Write(b)
 	if m.countBytes {
 		metrics.ClusterProxyBytes.WithLabelValues("upstream_to_client").Add(float64(n))
@@ -66,6 +75,12 @@ func (m *measuringWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		conn = countingConn{Conn: conn}
 	}
 	return conn, rw, nil
+}
+
+func (m *measuringWriter) oneAuditID() {
+	if m.auditID != "" {
+		m.Header().Set(auditinternal.HeaderAuditID, m.auditID)
+	}
 }
 
 func (m *measuringWriter) code() string {

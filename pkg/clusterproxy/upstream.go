@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/proxy"
+	auditinternal "k8s.io/apiserver/pkg/apis/audit"
+	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -102,6 +104,10 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	out.Header = imp.Request.Header
+	// kube-apiserver audits the request under the same ID as this server.
+	if id := audit.GetAuditIDTruncated(ctx); id != "" {
+		out.Header.Set(auditinternal.HeaderAuditID, id)
+	}
 	if out.Body != nil && out.Body != http.NoBody {
 		out.Body = countingBody{body: out.Body}
 	}

@@ -115,9 +115,60 @@ func New(cache *indexcache.Cache, cfg Config) *Reader {
 
 func (r *Reader) enabled() bool { return r.cfg.Read != nil && r.cfg.Fallback > 0 }
 
-// Watch is the cache's: a watch is never answered upstream.
+// Watch is the cache's. A consistent watch (no resourceVersion, initial
+// events: what a legacy watch without one becomes under WatchList) that has
+// a deadline waits for the cache's proof of freshness until half its time is
+// gone; then it takes its initial state from a consistent read at upstream,
+// at upstream's resourceVersion Y, and goes on with the cache's events after
+// Y (indexcache.Cache.WatchFromState). So a short watch begins, and ends at
+// its deadline, where waiting for the proof (up to a second, see the
+// package comment) would have ended it with a 504 before it began. A state
+// longer than a page waits for the cache, as a consistent LIST does.
 func (r *Reader) Watch(ctx context.Context, opts indexcache.WatchOptions) (watch.Interface, error) {
-	return r.cache.Watch(ctx, opts)
+	deadline, hasDeadline := ctx.Deadline()
+	if opts.ResourceVersion != "" || opts.SendInitialEvents == nil || !*opts.SendInitialEvents || !hasDeadline || r.cfg.Read == nil {
+		return r.cache.Watch(ctx, opts)
+	}
+	if err := r.cache.CheckReady(); err != nil {
+		return nil, err
+	}
+	c := r.cache
+	want, err := c.UpstreamResourceVersion(ctx)
+	if err != nil {
+		return c.Watch(ctx, opts) // the cache answers the error as a watch does
+	}
+	// From here on, the watch reads at least at want: at the cache once it
+	// reached want (NotOlderThan want, no more waiting), else at upstream.
+	atCache := func() (watch.Interface, error) {
+		o := opts
+		o.ResourceVersion = fresh(want)
+		return c.Watch(ctx, o)
+	}
+	if c.ResourceVersion() >= want {
+		return atCache()
+	}
+	bctx, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
+	_, err = c.WaitUntil(bctx, want, true, nil)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return atCache()
+	}
+	slot, err := c.WaitUntil(ctx, want, false, r.slots)
+	if err != nil || !slot {
+		return atCache()
+	}
+	q := r.query(indexcache.ListOptions{Namespace: opts.Namespace, Label: opts.Label, Field: opts.Field})
+	objs, rv, ok := r.ask(ctx, q, want)
+	if !ok {
+		return atCache()
+	}
+	w, err := c.WatchFromState(ctx, opts, objs, rv)
+	if errors.IsResourceExpired(err) || errors.IsGone(err) {
+		// The cache went past rv meanwhile, and past its window: it is
+		// fresh enough to serve the state itself.
+		return atCache()
+	}
+	return w, err
 }
 
 // Get reads one object; a consistent one from the cache once it is fresh,

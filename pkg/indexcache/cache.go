@@ -110,6 +110,7 @@ type Cache struct {
 	router     *router
 
 	snapshots *history.Snapshots[*btree.BTreeG[*entry]] // snapshots.go
+	statsMemo statsMemo                                 // stats.go
 
 	stopOnce sync.Once
 	stopCh   chan struct{}

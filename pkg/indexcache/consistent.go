@@ -54,6 +54,21 @@ func (c *Cache) Select(objs []runtime.Object, rv uint64, opts ListOptions) (*Lis
 	if err != nil {
 		return nil, err
 	}
+	entries, err := c.selectEntries(objs, pred)
+	if err != nil {
+		return nil, err
+	}
+	res := &ListResult{ResourceVersion: rv, Index: "upstream", Items: make([]*Object, len(entries))}
+	for i, e := range entries {
+		res.Items[i] = c.object(e)
+	}
+	c.m.list(res.Index)
+	return res, nil
+}
+
+// selectEntries is what pred selects among objs, upstream's answer to a
+// read, in key order.
+func (c *Cache) selectEntries(objs []runtime.Object, pred *predicate) ([]*entry, error) {
 	entries := make([]*entry, 0, len(objs))
 	for _, o := range objs {
 		e, err := c.newEntry(o)
@@ -65,10 +80,5 @@ func (c *Cache) Select(objs []runtime.Object, rv uint64, opts ListOptions) (*Lis
 		}
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].key < entries[j].key })
-	res := &ListResult{ResourceVersion: rv, Index: "upstream", Items: make([]*Object, len(entries))}
-	for i, e := range entries {
-		res.Items[i] = c.object(e)
-	}
-	c.m.list(res.Index)
-	return res, nil
+	return entries, nil
 }

@@ -934,3 +934,27 @@ func TestTombstoneReachesWatcherFromCurrentRV(t *testing.T) {
 		})
 	}
 }
+
+// TestExactListBeforeHistoryIsEtcdsAnswer: an Exact LIST (asked for, or
+// implied by resourceVersion=N with a limit) at a resourceVersion the event
+// window no longer reaches is what kube-apiserver answers when it sends
+// such a list to etcd and the revision is compacted: 410 with etcd3's
+// message, not the watch cache's "too old resource version" of a watch.
+func TestExactListBeforeHistoryIsEtcdsAnswer(t *testing.T) {
+	c := newCacheWith(t, func(cfg *Config) { cfg.EventWindow = 10 })
+	synced(t, c, mkPod("ns", "a", "ua", 5, nil, "", ""))
+	for i := 0; i < 30; i++ {
+		if err := c.Ingest().Update(mkPod("ns", "a", "ua", uint64(11+i), nil, "", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, opts := range []ListOptions{
+		{ResourceVersion: "11", ResourceVersionMatch: metav1.ResourceVersionMatchExact},
+		{ResourceVersion: "11", Limit: 5},
+	} {
+		_, err := c.List(context.Background(), opts)
+		if !errors.IsResourceExpired(err) || err.Error() != "The resourceVersion for the provided list is too old." {
+			t.Errorf("%+v: %v, want 410 The resourceVersion for the provided list is too old.", opts, err)
+		}
+	}
+}

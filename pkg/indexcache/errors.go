@@ -21,6 +21,11 @@ func errTooOldRV(rv, oldest uint64) error {
 	return errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, oldest))
 }
 
+// errListTooOld is etcd3's answer to an Exact LIST at a compacted revision.
+func errListTooOld() error {
+	return errors.NewResourceExpired("The resourceVersion for the provided list is too old.")
+}
+
 // errContinueExpired is etcd3's answer to a continue token whose revision was
 // compacted: 410 with a token (resourceVersion -1) that continues the list
 // from the same key at the latest state.

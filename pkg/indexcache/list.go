@@ -116,6 +116,11 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 			return nil, err
 		}
 		if v, err = c.stateAt(rv, pred); err != nil {
+			if isExpired(err) {
+				// kube-apiserver reads such a list from etcd, which
+				// answers this once the revision is compacted.
+				return nil, errListTooOld()
+			}
 			return nil, err
 		}
 	default:

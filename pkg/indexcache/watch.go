@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -77,7 +78,7 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		// The last attempt prepares under the lock, so neither a relist nor
 		// an event window turning over meanwhile can send it back.
 		locked := attempt == maxRegisterAttempts-1
-		ok, err := c.register(w, sendState, sendState && opts.SendInitialEvents != nil && opts.AllowWatchBookmarks, fromRV, locked)
+		ok, err := c.register(w, nil, sendState, sendState && opts.SendInitialEvents != nil && opts.AllowWatchBookmarks, fromRV, locked)
 		if err != nil {
 			if _, isStatus := err.(errors.APIStatus); isStatus && !errors.IsServiceUnavailable(err) {
 				return newErrWatcher(err), nil
@@ -95,12 +96,13 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 	return nil, errors.NewTooManyRequests("the cache relisted while the watch was starting; try again", 1)
 }
 
-// register prepares w's initial events and registers it. It reports false
+// register prepares w's initial events (after pre, events prepared by the
+// caller) and registers it. It reports false
 // when a relist swapped the state, or the event window dropped events
 // committed, while it prepared without the lock (prepare again). locked
 // prepares under the write lock instead: it cannot be sent back, and costs
 // ingest the preparation, so it is the last resort.
-func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64, locked bool) (bool, error) {
+func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark bool, fromRV uint64, locked bool) (bool, error) {
 	pred := w.pred
 	// Prepare under the read lock: O(1) (a clone, or the index candidates)
 	// or a copy of the window's pointers after fromRV.
@@ -140,7 +142,7 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64,
 		c.mu.RUnlock()
 	}
 
-	var initial []watch.Event
+	initial := pre[:len(pre):len(pre)] // appends copy: pre serves every attempt
 	if sendState {
 		entries := v.candidates
 		if v.indexed {
@@ -150,6 +152,7 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64,
 			c.scan(v.tree, pred, "", func(e *entry) bool { entries = append(entries, e); return true })
 		}
 		initial = make([]watch.Event, 0, len(entries)+1)
+		initial = append(initial, pre...)
 		for _, e := range entries {
 			if pred.matches(e) {
 				// A wrapper per event (setters copy), the serializations
@@ -218,4 +221,60 @@ func (c *Cache) register(w *watcher, sendState, endBookmark bool, fromRV uint64,
 	c.router.add(w)
 	c.publishWatchersLocked()
 	return true, nil
+}
+
+// WatchFromState opens a consistent watch (ResourceVersion "" with
+// SendInitialEvents=true) whose initial state was read elsewhere: objs,
+// upstream's answer to a consistent read at rv (transformed like ingested
+// objects; the namespace and the selectors upstream supports may already be
+// applied there). It sends the objects opts selects as ADDED events, in key
+// order, then (with AllowWatchBookmarks) the k8s.io/initial-events-end
+// bookmark at rv, then the cache's events after rv as the cache reaches
+// them: what a watch from rv sends, so no event is lost or repeated, and a
+// client may resume from any resourceVersion it saw.
+//
+// It is for a watch that cannot wait for the cache's proof of freshness
+// (consistentread.Reader.Watch). When the cache has gone past rv and no
+// longer holds the events after it, it fails with 410 (the caller then
+// serves the cache's own state, fresh enough by then).
+func (c *Cache) WatchFromState(ctx context.Context, opts WatchOptions, objs []runtime.Object, rv uint64) (watch.Interface, error) {
+	pred, err := c.compile(opts.Namespace, opts.Label, opts.Field, opts.Shard)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkReady(); err != nil {
+		return nil, err
+	}
+	entries, err := c.selectEntries(objs, pred)
+	if err != nil {
+		return nil, err
+	}
+	pre := make([]watch.Event, 0, len(entries)+1)
+	for _, e := range entries {
+		pre = append(pre, watch.Event{Type: watch.Added, Object: c.object(e)})
+	}
+	if opts.AllowWatchBookmarks {
+		pre = append(pre, c.bookmarkEvent(rv, true))
+	}
+	w := &watcher{
+		c:              c,
+		pred:           pred,
+		allowBookmarks: opts.AllowWatchBookmarks,
+		slot:           c.watcherSlots.Add(1),
+		done:           make(chan struct{}),
+	}
+	for attempt := range maxRegisterAttempts {
+		ok, err := c.register(w, pre, false, false, rv, attempt == maxRegisterAttempts-1)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			w.stopWith(ctx)
+			if deadline, ok := ctx.Deadline(); ok && opts.AllowWatchBookmarks {
+				w.bookmarkBefore(deadline)
+			}
+			return w, nil
+		}
+	}
+	return nil, errors.NewTooManyRequests("the cache relisted while the watch was starting; try again", 1)
 }

@@ -9,7 +9,6 @@ package watchlimit
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/server/routine"
 
 	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
@@ -81,15 +81,13 @@ func (l *Limiter) Open(user string) (total, ofUser int) {
 	return l.open, l.byUser[user]
 }
 
-// isWatch tells watches from other requests: the verb the request info
-// resolved, or watch=true on a path it does not know as a resource (a
-// watch passed through the cluster proxy).
+// isWatch tells watches from other requests by the verb the request info
+// resolved, as kube-apiserver's own filters do: every spelling of a watch
+// (watch=true, =1, =yes, the legacy /watch/ paths) and, under the cluster
+// proxy, the inner request's, whether served from a cache or passed through.
 func isWatch(r *http.Request) bool {
-	if info, ok := request.RequestInfoFrom(r.Context()); ok && info.Verb == "watch" {
-		return true
-	}
-	w, err := strconv.ParseBool(r.URL.Query().Get("watch"))
-	return err == nil && w
+	info, ok := request.RequestInfoFrom(r.Context())
+	return ok && info.Verb == "watch"
 }
 
 // Wrap counts the watches handler serves; one over a limit gets 429 Too
@@ -118,10 +116,16 @@ func (l *Limiter) Wrap(handler http.Handler, s runtime.NegotiatedSerializer) htt
 			return
 		}
 		metrics.WatchesOpen.Inc()
-		defer func() {
+		release := func() {
 			l.release(user)
 			metrics.WatchesOpen.Dec()
-		}()
+		}
 		handler.ServeHTTP(w, r)
+		// With APIServingWithRoutine the generic handler returns before the
+		// watch is served, leaving the serving as a task of the request: the
+		// slot is then released after that task.
+		if !routine.AppendTask(r.Context(), &routine.Task{Func: release}) {
+			release()
+		}
 	})
 }

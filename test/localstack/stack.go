@@ -495,6 +495,9 @@ func (s *Stack) kubeAPIServerArgs() []string {
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
+		// Without it the aggregator forwards no uid: requests through it
+		// would reach index-apiserver, and be passed on, without the caller's uid.
+		"--requestheader-uid-headers=X-Remote-Uid",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + c.Path(CertFrontProxyClient, "crt"),
 		"--proxy-client-key-file=" + c.Path(CertFrontProxyClient, "key"),

@@ -1,0 +1,52 @@
+package indexcache
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// statsSample is how many objects the average size is taken from, and
+// statsMaxAge how long an answer is reused: priority and fairness asks for
+// every LIST and watch it estimates.
+const (
+	statsSample = 32
+	statsMaxAge = time.Second
+)
+
+type statsMemo struct {
+	mu    sync.Mutex
+	at    time.Time
+	stats storage.Stats
+}
+
+// Stats is what priority and fairness's list work estimator needs of the
+// cache, as kube-apiserver's storage reports it: how many objects it holds
+// and their average size (of the held bytes of the first few objects;
+// objects held decoded count as unknown size, which the estimator takes as
+// its largest).
+func (c *Cache) Stats() storage.Stats {
+	c.statsMemo.mu.Lock()
+	defer c.statsMemo.mu.Unlock()
+	now := c.cfg.Clock.Now()
+	if !c.statsMemo.at.IsZero() && now.Sub(c.statsMemo.at) < statsMaxAge {
+		return c.statsMemo.stats
+	}
+	c.mu.RLock()
+	st := storage.Stats{ObjectCount: int64(c.tree.Len())}
+	var sampled, bytes int64
+	c.tree.Ascend(func(e *entry) bool {
+		if raw := e.kept.first().raw; len(raw) > 0 {
+			sampled++
+			bytes += int64(len(raw))
+		}
+		return sampled < statsSample
+	})
+	c.mu.RUnlock()
+	if sampled > 0 {
+		st.EstimatedAverageObjectSizeBytes = bytes / sampled
+	}
+	c.statsMemo.at, c.statsMemo.stats = now, st
+	return st
+}
