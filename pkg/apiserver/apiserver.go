@@ -22,6 +22,7 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/advice"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/node"
@@ -73,6 +74,9 @@ type Config struct {
 type completedConfig struct {
 	GenericConfig genericapiserver.CompletedConfig
 	ExtraConfig   *ExtraConfig
+	// anyResources: the cached resources beyond pods and nodes, which the
+	// cluster proxy's authorizer (set up by Complete) and handler serve.
+	anyResources *anyresource.Registry
 }
 
 // CompletedConfig is a Config with every default filled in.
@@ -82,12 +86,14 @@ type CompletedConfig struct {
 
 // Complete fills in defaults.
 func (cfg *Config) Complete() CompletedConfig {
+	anyResources := anyresource.NewRegistry()
 	if cfg.ExtraConfig.ClusterProxy {
-		completeClusterProxy(cfg.GenericConfig)
+		completeClusterProxy(cfg.GenericConfig, anyResources)
 	}
 	return CompletedConfig{&completedConfig{
 		GenericConfig: cfg.GenericConfig.Complete(),
 		ExtraConfig:   &cfg.ExtraConfig,
+		anyResources:  anyResources,
 	}}
 }
 
@@ -96,6 +102,9 @@ type Server struct {
 	GenericAPIServer *genericapiserver.GenericAPIServer
 	// Caches by resource ("pods", "nodes"), for the IndexPolicy controller.
 	Caches map[string]*indexcache.Cache
+	// anyResources serves the resources IndexPolicies name beyond pods and
+	// nodes under the cluster proxy; empty without it.
+	anyResources *anyresource.Registry
 }
 
 // mirror is one served resource: its cache, the feed that fills it, and
@@ -109,7 +118,7 @@ type mirror struct {
 // New builds the server. Caches start filling in a post-start hook, and
 // /readyz fails until all of them have synced.
 func (c CompletedConfig) New() (*Server, error) {
-	s := &Server{Caches: map[string]*indexcache.Cache{}}
+	s := &Server{Caches: map[string]*indexcache.Cache{}, anyResources: c.anyResources}
 	mirrors := map[string]*mirror{}
 	counts := newObjectCounts()
 	for _, res := range []upstream.Resource{upstream.Pods, upstream.Nodes} {
@@ -125,7 +134,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	c.GenericConfig.StorageObjectCountTracker = counts
 	if c.ExtraConfig.ClusterProxy {
 		// The handler chain is built by New below, so the proxy goes in first.
-		if err := c.installClusterProxy(mirrors["pods"].reader, mirrors["nodes"].reader); err != nil {
+		if err := c.installClusterProxy(mirrors["pods"].reader, mirrors["nodes"].reader, s.anyResources); err != nil {
 			return nil, err
 		}
 	}

@@ -5,11 +5,13 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/apiserver/pkg/endpoints/request"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/klog/v2"
 
 	"github.com/index-apiserver/index-apiserver/pkg/clusterproxy"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/coreview"
 )
 
@@ -17,7 +19,10 @@ import (
 // chain (after every filter; before the API handlers): the core view served
 // from the caches, and kube-apiserver for everything else. Complete has
 // already taught the filters the inner request (completeClusterProxy).
-func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader) error {
+//
+// Reads of the other cached resources (those IndexPolicies name) go to
+// anyResources.
+func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader, anyResources *anyresource.Registry) error {
 	gc := c.GenericConfig
 	if c.ExtraConfig.PolicyClientConfig == nil {
 		return fmt.Errorf("the cluster proxy needs kube-apiserver's address (--kubeconfig or in-cluster)")
@@ -34,8 +39,14 @@ func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader)
 		return fmt.Errorf("cluster proxy: %w", err)
 	}
 	proxy := clusterproxy.New(clusterproxy.Config{
-		Cache:    cache,
-		Cached:   clusterproxy.CoreCached,
+		Cache: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if info, _ := request.RequestInfoFrom(req.Context()); anyResources.Serves(req.Method, info) {
+				anyResources.ServeHTTP(w, req)
+				return
+			}
+			cache.ServeHTTP(w, req)
+		}),
+		Cached:   cachedReads(anyResources),
 		Upstream: up,
 	})
 	build := gc.BuildHandlerChainFunc
@@ -50,7 +61,7 @@ func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader)
 // prefix: its request info (audit, priority and fairness, the watch caps,
 // request metrics), whether it is long-running, and its authorization (the
 // prefix's gate, then the caller's right to a cached read).
-func completeClusterProxy(gc *genericapiserver.RecommendedConfig) {
+func completeClusterProxy(gc *genericapiserver.RecommendedConfig, anyResources *anyresource.Registry) {
 	gc.LongRunningFunc = clusterproxy.LongRunning(gc.LongRunningFunc)
 	base := gc.RequestInfoResolver
 	if base == nil {
@@ -58,6 +69,14 @@ func completeClusterProxy(gc *genericapiserver.RecommendedConfig) {
 	}
 	gc.RequestInfoResolver = clusterproxy.RequestInfoResolver(base)
 	if gc.Authorization.Authorizer != nil {
-		gc.Authorization.Authorizer = clusterproxy.Authorizer(gc.Authorization.Authorizer, clusterproxy.CoreCached)
+		gc.Authorization.Authorizer = clusterproxy.Authorizer(gc.Authorization.Authorizer, cachedReads(anyResources))
+	}
+}
+
+// cachedReads selects the reads served from a cache: core pods and nodes,
+// and those of the resources cached now for IndexPolicies.
+func cachedReads(anyResources *anyresource.Registry) clusterproxy.Cached {
+	return func(method, path string, info *request.RequestInfo) bool {
+		return clusterproxy.CoreCached(method, path, info) || anyResources.Serves(method, info)
 	}
 }

@@ -2,6 +2,9 @@ package apiserver
 
 import (
 	"fmt"
+	"time"
+
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
@@ -36,7 +39,17 @@ func (c CompletedConfig) installPolicyController(s *Server) error {
 	for name, cache := range s.Caches {
 		caches[name] = cache
 	}
-	ctrl, err := policy.New(policy.Config{Client: client, KubeClient: kube, Caches: caches, Options: opts})
+	cfg := policy.Config{Client: client, KubeClient: kube, Caches: caches, Options: opts}
+	if c.ExtraConfig.ClusterProxy {
+		// Caches of other resources are served only under the cluster proxy.
+		crds, err := apiextensionsclient.NewForConfig(cc)
+		if err != nil {
+			return fmt.Errorf("CustomResourceDefinition client: %w", err)
+		}
+		cfg.Dynamic = newAnyCaches(c.ExtraConfig.KubeClient, c.ExtraConfig.ReadClient, crds, c.ExtraConfig.Cache,
+			time.Duration(c.GenericConfig.MinRequestTimeout)*time.Second, s.anyResources)
+	}
+	ctrl, err := policy.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,22 @@ type IndexSetter interface {
 
 var _ IndexSetter = &indexcache.Cache{}
 
+// Caches start and stop the caches of the resources policies name beyond
+// Resources: a cache runs while an accepted policy names its resource.
+type Caches interface {
+	// Ensure returns the running cache of resource (as a policy spells it),
+	// starting it first if needed; an error says why it cannot run
+	// (unknown resource, not readable by this server, over a cap).
+	Ensure(ctx context.Context, resource string) (IndexSetter, error)
+	// Retain stops every cache started by Ensure whose resource keep lacks.
+	Retain(keep map[string]bool)
+}
+
+// HeldReporter is implemented by caches that can say what they hold.
+type HeldReporter interface {
+	Held() (objects int, bytes int64)
+}
+
 // Config is what New needs.
 type Config struct {
 	// Client reads IndexPolicies and writes their status.
@@ -57,6 +74,9 @@ type Config struct {
 	KubeClient kubernetes.Interface
 	// Caches by resource ("pods", "nodes").
 	Caches map[string]IndexSetter
+	// Dynamic runs the caches of other resources; nil: policies naming
+	// them are accepted but nothing serves them.
+	Dynamic Caches
 	// Options; NewOptions() if nil.
 	Options *Options
 	// Identity of this replica in the Lease; hostname_<uuid> if empty.
@@ -74,6 +94,7 @@ type Controller struct {
 	client   versioned.Interface
 	kube     kubernetes.Interface
 	caches   map[string]IndexSetter
+	dynamic  Caches
 	identity string
 	clock    clock.Clock
 
@@ -129,6 +150,7 @@ func New(cfg Config) (*Controller, error) {
 		client:   cfg.Client,
 		kube:     cfg.KubeClient,
 		caches:   cfg.Caches,
+		dynamic:  cfg.Dynamic,
 		identity: id,
 		clock:    clk,
 		factory:  factory,
@@ -264,8 +286,31 @@ func (c *Controller) sync(ctx context.Context) error {
 	defer c.mu.Unlock()
 	var errs []error
 	states := map[string]resourceState{}
-	for _, res := range Resources {
+	wanted := map[string]bool{}
+	for res := range effective {
+		if !IsBuiltin(res) {
+			wanted[res] = true
+		}
+	}
+	// A resource accepted now starts its cache now, with the indexes
+	// recorded so far (none): its first status then says how the cache is.
+	for _, d := range decisions {
+		if d.Keep != nil && !IsBuiltin(d.Keep.Resource) && !wanted[d.Keep.Resource] {
+			wanted[d.Keep.Resource] = true
+			effective[d.Keep.Resource] = IndexSet{}
+		}
+	}
+	for _, res := range sortedKeys(effective) {
 		setter, ok := c.caches[res]
+		if !IsBuiltin(res) && c.dynamic != nil {
+			var err error
+			if setter, err = c.dynamic.Ensure(ctx, res); err != nil {
+				states[res] = resourceState{startErr: err}
+				delete(c.applied, res)
+				continue
+			}
+			ok = true
+		}
 		if !ok || setter == nil {
 			states[res] = resourceState{}
 			continue
@@ -286,7 +331,28 @@ func (c *Controller) sync(ctx context.Context) error {
 		for _, s := range setter.IndexStats() {
 			st.stats[s.Name] = s
 		}
+		if h, ok := setter.(HeldReporter); ok {
+			st.objects, st.bytes = h.Held()
+			st.held = true
+		}
+		if s, ok := setter.(interface{ HasSynced() bool }); ok && !IsBuiltin(res) {
+			st.syncing = !s.HasSynced()
+		}
+		if st.syncing {
+			// Nothing else tells the controller when the cache syncs or
+			// its feed fails: look again soon.
+			c.queue.AddAfter(syncKey, time.Second)
+		}
 		states[res] = st
+	}
+	if c.dynamic != nil {
+		c.dynamic.Retain(wanted)
+		for res := range c.applied {
+			if !IsBuiltin(res) && !wanted[res] {
+				delete(c.applied, res)
+				delete(c.applyErr, res)
+			}
+		}
 	}
 
 	if c.leader.Load() {
@@ -305,6 +371,15 @@ func (c *Controller) sync(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func sortedKeys(m map[string]IndexSet) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // recordsChange tells whether a decision changes what a policy has recorded.

@@ -91,10 +91,11 @@ func Merge(policies []*configv1alpha1.IndexPolicy, maxIndexes int) (served map[s
 	held := map[string]*configv1alpha1.AcceptedIndexes{}
 	for _, p := range ordered {
 		r := p.Status.AcceptedIndexes
-		if r == nil || !slices.Contains(Resources, r.Resource) {
+		if r == nil || len(ValidateResource(r.Resource)) > 0 {
 			continue
 		}
 		if s := setOf(r.Labels, r.Fields); fits(u, r.Resource, s) {
+			u.touch(r.Resource)
 			u.add(r.Resource, s)
 			held[p.Name] = r
 		}
@@ -151,7 +152,16 @@ func newUnion() union {
 	return u
 }
 
+// touch gives res an entry, so that a resource a policy names is served
+// (its cache runs) even when the policy indexes nothing.
+func (u union) touch(res string) {
+	if u[res] == nil {
+		u[res] = map[string]int{}
+	}
+}
+
 func (u union) add(res string, s IndexSet) {
+	u.touch(res)
 	for _, n := range s.Names() {
 		u[res][n]++
 	}

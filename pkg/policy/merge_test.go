@@ -81,7 +81,7 @@ func TestMerge(t *testing.T) {
 				pol("good", 5, "pods", []string{"app"}, nil),
 				pol("bad-key", 0, "pods", []string{"bad key"}, nil),
 				pol("bad-field", 1, "pods", []string{"team"}, []string{"spec.containers"}),
-				pol("bad-resource", 2, "services", []string{"app"}, nil),
+				pol("bad-resource", 2, "services/status", []string{"app"}, nil),
 				pol("dup", 3, "nodes", []string{"zone", "zone"}, nil),
 				pol("node-field-on-pods", 4, "pods", nil, []string{"spec.unschedulable"}),
 			},
@@ -94,7 +94,7 @@ func TestMerge(t *testing.T) {
 				msg: map[string]string{
 					"bad-key":      `fix the spec: spec.labels[0]: Invalid value: "bad key"`,
 					"bad-field":    `spec.fields[0]: Unsupported value: "spec.containers"`,
-					"bad-resource": `spec.resource: Unsupported value: "services": supported values: "nodes", "pods"`,
+					"bad-resource": `spec.resource: Invalid value: "services/status"`,
 					"dup":          `spec.labels[1]: Duplicate value: "zone"`,
 				},
 			},

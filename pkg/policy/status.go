@@ -20,6 +20,15 @@ type resourceState struct {
 	applyErr error
 	// stats of the indexes the cache has built, by name.
 	stats map[string]indexcache.IndexStat
+	// startErr says why the cache of a resource beyond the built-in ones
+	// could not start.
+	startErr error
+	// syncing: the cache has not loaded its first list yet.
+	syncing bool
+	// held: the cache reported objects and bytes held.
+	held    bool
+	objects int
+	bytes   int64
 }
 
 // desiredStatus computes a policy's status from the decision about it and the
@@ -50,7 +59,18 @@ func desiredStatus(p *configv1alpha1.IndexPolicy, d Decision, states map[string]
 	res := d.Keep.Resource
 	keep := setOf(d.Keep.Labels, d.Keep.Fields)
 	st := states[res]
+	if st.held {
+		out.Cache = &configv1alpha1.CacheStatus{Objects: int64(st.objects), Bytes: st.bytes}
+	}
 	switch {
+	case st.startErr != nil:
+		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonCacheNotRunning,
+			fmt.Sprintf("no cache of %s: %v", res, st.startErr))
+		return out
+	case st.syncing:
+		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonPending,
+			fmt.Sprintf("the cache of %s is loading its first list", res))
+		return out
 	case !st.running:
 		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonCacheNotRunning,
 			fmt.Sprintf("this server has no cache of %s", res))

@@ -17,8 +17,27 @@ const (
 	MaxFieldsPerPolicy = 16
 )
 
-// Resources are the resources an IndexPolicy may name, sorted.
+// Resources are the resources every server has a cache of, sorted; a
+// policy may name any other resource kube-apiserver lists and watches, as
+// kubectl spells it (configmaps, jobs.batch, widgets.example.com).
 var Resources = []string{configv1alpha1.ResourceNodes, configv1alpha1.ResourcePods}
+
+// IsBuiltin tells whether resource is one of Resources, whose caches run
+// whatever the policies say.
+func IsBuiltin(resource string) bool {
+	return resource == configv1alpha1.ResourcePods || resource == configv1alpha1.ResourceNodes
+}
+
+// ValidateResource checks how a policy spells its resource: a plural,
+// optionally followed by its group (<plural>.<group>), lower case DNS
+// labels, as kubectl spells a resource. Whether kube-apiserver serves it is
+// found when its cache starts.
+func ValidateResource(resource string) []string {
+	if resource == "" {
+		return []string{"must not be empty"}
+	}
+	return utilvalidation.IsDNS1123Subdomain(resource)
+}
 
 // SupportedFields returns the field paths an IndexPolicy may index on a
 // resource, sorted, and whether the resource is known. They are the fields
@@ -43,9 +62,11 @@ func ValidateSpec(spec *configv1alpha1.IndexPolicySpec) field.ErrorList {
 	supported, known := SupportedFields(spec.Resource)
 	switch {
 	case spec.Resource == "":
-		errs = append(errs, field.Required(specPath.Child("resource"), "must be one of: "+strings.Join(Resources, ", ")))
+		errs = append(errs, field.Required(specPath.Child("resource"), "a resource as kubectl spells it: pods, configmaps, jobs.batch, <plural>.<group>"))
 	case !known:
-		errs = append(errs, field.NotSupported(specPath.Child("resource"), spec.Resource, Resources))
+		for _, msg := range ValidateResource(spec.Resource) {
+			errs = append(errs, field.Invalid(specPath.Child("resource"), spec.Resource, msg))
+		}
 	}
 
 	labelsPath := specPath.Child("labels")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -38,6 +39,10 @@ type Feed struct {
 	sink      Sink
 	currentRV func() uint64
 
+	// lastErr is the error of the last list or watch (nil once one works),
+	// for the conditions of the policies that started the feed.
+	lastErr atomic.Pointer[error]
+
 	probeMu      sync.Mutex
 	probePending bool      // a probe is due to start: callers share it
 	probeTarget  uint64    // the newest resourceVersion its callers wait for
@@ -56,6 +61,9 @@ const DefaultRevisionReadInterval = 20 * time.Millisecond
 // rate limited on this side. Connect must be called before Run.
 func NewFeed(res Resource, client, readClient kubernetes.Interface, revisionInterval time.Duration) *Feed {
 	f := &Feed{res: res, label: indexing.Resource(res.Name).String(), client: client, readClient: readClient}
+	if !res.GroupResource.Empty() {
+		f.label = res.GroupResource.String()
+	}
 	f.revisions.interval = revisionInterval
 	f.revisions.read = func(ctx context.Context) (uint64, error) {
 		metrics.RevisionReads.WithLabelValues(f.label).Inc()
@@ -92,6 +100,7 @@ func (f *Feed) Run(ctx context.Context) {
 	connected := metrics.UpstreamConnected.WithLabelValues(f.label)
 	connected.Set(0)
 	setConnected := func(err error) {
+		f.lastErr.Store(&err)
 		if err != nil {
 			connected.Set(0)
 		} else {
@@ -121,6 +130,15 @@ func NewReflector(resource string, lw cache.ListerWatcher, expectedType runtime.
 		Name:            "upstream-" + resource,
 		TypeDescription: resource,
 	})
+}
+
+// LastError is the error of the feed's last list or watch of upstream, nil
+// when it worked (or none was made yet).
+func (f *Feed) LastError() error {
+	if p := f.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // CurrentResourceVersion asks upstream for its current resourceVersion with a

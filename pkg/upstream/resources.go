@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
@@ -24,8 +25,11 @@ const NothingNamespace = "kube-index-apiserver-no-pods"
 // Resource describes how one core resource is read upstream and turned into
 // the mirror type the cache stores.
 type Resource struct {
-	Name       string // "pods" or "nodes"
-	Namespaced bool
+	Name string // "pods" or "nodes"; any other resource as kubectl spells it (jobs.batch)
+	// GroupResource names the resource in metrics and logs; the mirror's
+	// (pods.indexing.k8s.io) when empty.
+	GroupResource schema.GroupResource
+	Namespaced    bool
 	// ExpectedType is what the upstream list and watch return.
 	ExpectedType runtime.Object
 	// List lists in namespace ("" all; ignored for cluster-scoped resources).

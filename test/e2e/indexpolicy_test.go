@@ -369,7 +369,7 @@ func TestIndexPolicyValidation(t *testing.T) {
 		{"long-key", configv1alpha1.IndexPolicySpec{Resource: "pods", Labels: []string{strings.Repeat("k", 64)}}, "must be no more than 63"},
 		{"bad-field", configv1alpha1.IndexPolicySpec{Resource: "pods", Fields: []string{"spec.containers"}}, "unsupported field for pods: spec.containers"},
 		{"pod-field-on-nodes", configv1alpha1.IndexPolicySpec{Resource: "nodes", Fields: []string{"status.phase"}}, "unsupported field for nodes: status.phase"},
-		{"bad-resource", configv1alpha1.IndexPolicySpec{Resource: "services", Labels: []string{"app"}}, `Unsupported value: "services"`},
+		{"bad-resource", configv1alpha1.IndexPolicySpec{Resource: "services/status", Labels: []string{"app"}}, `spec.resource`},
 		{"duplicate", configv1alpha1.IndexPolicySpec{Resource: "pods", Labels: []string{"app", "app"}}, `Duplicate value: "app"`},
 		{"too-many-labels", configv1alpha1.IndexPolicySpec{Resource: "pods", Labels: manyKeys("k", 17)}, "Too many"},
 	}

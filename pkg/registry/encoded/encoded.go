@@ -107,7 +107,7 @@ func shapeFor(id runtime.Identifier, t reflect.Type, encode func(runtime.Object,
 	if sh, ok := shapes.Load(key); ok {
 		return sh.(*shape), nil
 	}
-	name, target := identify(id)
+	name, target := Identify(id)
 	if name == "watch" {
 		sh, _ := shapes.LoadOrStore(key, &shape{frame: true})
 		return sh.(*shape), nil
@@ -152,11 +152,11 @@ func keptBody(o *indexcache.Object, sh *shape, encode func(runtime.Object, io.Wr
 	return body, nil, err
 }
 
-// identify reads what the handlers' identifiers (JSON documents) name:
+// Identify reads what the handlers' identifiers (JSON documents) name:
 // "watch" is the watch handler's event encoder, which encodes the event's
 // object through the embedded encoder's CacheEncode; "watch-embedded" with a
 // target converts each object (as=Table, PartialObjectMetadata) first.
-func identify(id runtime.Identifier) (name, target string) {
+func Identify(id runtime.Identifier) (name, target string) {
 	var v struct {
 		Name   string `json:"name"`
 		Target string `json:"target"`

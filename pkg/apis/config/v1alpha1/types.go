@@ -70,9 +70,15 @@ type IndexPolicy struct {
 // +kubebuilder:validation:XValidation:rule=`self.resource != 'pods' || !has(self.fields) || self.fields.all(f, f in ['metadata.name', 'metadata.ownerReferences.uid', 'spec.hostNetwork', 'spec.nodeName', 'spec.restartPolicy', 'spec.schedulerName', 'spec.serviceAccountName', 'status.nominatedNodeName', 'status.phase', 'status.podIP'])`,messageExpression=`'unsupported field for pods: ' + self.fields.filter(f, !(f in ['metadata.name', 'metadata.ownerReferences.uid', 'spec.hostNetwork', 'spec.nodeName', 'spec.restartPolicy', 'spec.schedulerName', 'spec.serviceAccountName', 'status.nominatedNodeName', 'status.phase', 'status.podIP']))[0] + '; supported: metadata.name, metadata.ownerReferences.uid, spec.hostNetwork, spec.nodeName, spec.restartPolicy, spec.schedulerName, spec.serviceAccountName, status.nominatedNodeName, status.phase, status.podIP'`,fieldPath=`.fields`,reason=FieldValueInvalid
 // +kubebuilder:validation:XValidation:rule=`self.resource != 'nodes' || !has(self.fields) || self.fields.all(f, f in ['metadata.name', 'spec.unschedulable'])`,messageExpression=`'unsupported field for nodes: ' + self.fields.filter(f, !(f in ['metadata.name', 'spec.unschedulable']))[0] + '; supported: metadata.name, spec.unschedulable'`,fieldPath=`.fields`,reason=FieldValueInvalid
 type IndexPolicySpec struct {
-	// resource is the mirrored resource to index: pods or nodes.
+	// resource is the resource to cache and index, as kubectl spells it:
+	// pods, nodes, configmaps, jobs.batch, <plural>.<group> for a custom
+	// resource. pods and nodes are always cached; any other resource is
+	// cached (at the version kubectl would read) while an accepted policy
+	// names it, and served from the cache under the cluster proxy.
 	// +required
-	// +kubebuilder:validation:Enum=pods;nodes
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Resource string `json:"resource"`
 
 	// labels are label keys to index (e.g. spark-app-selector, app,
@@ -126,6 +132,11 @@ type IndexPolicyStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=32
 	Indexes []IndexStatus `json:"indexes,omitempty"`
+
+	// cache is what the cache of the resource holds, on the replica that
+	// wrote the status.
+	// +optional
+	Cache *CacheStatus `json:"cache,omitempty"`
 }
 
 // AcceptedIndexes are the indexes of one accepted generation of a policy.
@@ -135,7 +146,8 @@ type AcceptedIndexes struct {
 	Generation int64 `json:"generation"`
 	// resource is that generation's spec.resource.
 	// +required
-	// +kubebuilder:validation:Enum=pods;nodes
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	Resource string `json:"resource"`
 	// labels are that generation's label keys, sorted.
 	// +optional
@@ -149,6 +161,17 @@ type AcceptedIndexes struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=64
 	Fields []string `json:"fields,omitempty"`
+}
+
+// CacheStatus is what the cache of the policy's resource holds.
+type CacheStatus struct {
+	// objects is the number of objects the cache holds.
+	// +optional
+	Objects int64 `json:"objects"`
+	// bytes is the size of the objects held, as kube-apiserver's JSON (or
+	// protobuf, for pods and nodes), without managedFields.
+	// +optional
+	Bytes int64 `json:"bytes"`
 }
 
 // IndexStatus describes one index.

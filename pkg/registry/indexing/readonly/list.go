@@ -21,7 +21,8 @@ type heldList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []runtime.Object `json:"items"` // *indexcache.Object
 
-	newList func() runtime.Object
+	newList   func() runtime.Object
+	writeList func(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object) (bool, error)
 }
 
 var (
@@ -78,7 +79,11 @@ func (l *heldList) CacheEncode(id runtime.Identifier, encode func(runtime.Object
 		items = append(items, o)
 	}
 	if items != nil || len(l.Items) == 0 {
-		done, err := encoded.WriteList(w, id, encode, l.envelope(), items)
+		write := l.writeList
+		if write == nil {
+			write = encoded.WriteList
+		}
+		done, err := write(w, id, encode, l.envelope(), items)
 		if done || err != nil {
 			return err
 		}

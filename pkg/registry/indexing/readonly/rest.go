@@ -6,6 +6,7 @@ package readonly
 import (
 	"context"
 	"fmt"
+	"io"
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/errors"
@@ -40,6 +41,10 @@ type Resource struct {
 	NewFunc       func() runtime.Object
 	NewListFunc   func() runtime.Object
 	rest.TableConvertor
+	// WriteList writes a LIST page from its items' kept bytes (see
+	// encoded.WriteList, the default), or reports false to have the
+	// decoded list encoded.
+	WriteList func(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object) (bool, error)
 }
 
 // REST serves one mirrored resource from its cache.
@@ -102,7 +107,7 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 	if err != nil {
 		return nil, err
 	}
-	list := &heldList{newList: r.NewListFunc, Items: make([]runtime.Object, len(res.Items))}
+	list := &heldList{newList: r.NewListFunc, writeList: r.WriteList, Items: make([]runtime.Object, len(res.Items))}
 	for i, o := range res.Items {
 		list.Items[i] = o
 	}

@@ -1,0 +1,263 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/klog/v2"
+
+	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/policy"
+	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
+	"github.com/index-apiserver/index-apiserver/pkg/upstream"
+)
+
+// anyCaches runs the caches of the resources IndexPolicies name beyond pods
+// and nodes (policy.Caches): a resource is resolved through discovery to
+// the version kubectl would read, its cache starts with the first accepted
+// policy and stops with the last; once synced it is served under the
+// cluster proxy (anyresource.Registry).
+type anyCaches struct {
+	kube, read kubernetes.Interface
+	crds       apiextensionsclient.Interface
+	tuning     CacheConfig
+	minTimeout time.Duration
+	registry   *anyresource.Registry
+
+	mu      sync.Mutex
+	mapper  *restmapper.DeferredDiscoveryRESTMapper
+	running map[string]*anyCache // by the resource as policies spell it
+}
+
+// anyCache is one running cache with its feed.
+type anyCache struct {
+	res    anyresource.Resource
+	cache  *indexcache.Cache
+	feed   *upstream.Feed
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the feed, the cache and the registration waiter have returned
+}
+
+var _ policy.Caches = &anyCaches{}
+
+func newAnyCaches(kube, read kubernetes.Interface, crds apiextensionsclient.Interface, tuning CacheConfig, minTimeout time.Duration, registry *anyresource.Registry) *anyCaches {
+	return &anyCaches{
+		kube: kube, read: read, crds: crds, tuning: tuning, minTimeout: minTimeout, registry: registry,
+		mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
+		running: map[string]*anyCache{},
+	}
+}
+
+// Ensure returns the cache of resource, starting it first. A cache whose
+// feed cannot list (403: the server may not read the resource) is kept
+// running, so that a grant made later takes effect, and reported.
+func (a *anyCaches) Ensure(ctx context.Context, resource string) (policy.IndexSetter, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.running[resource]; ok {
+		if !c.cache.HasSynced() {
+			if err := c.feed.LastError(); err != nil {
+				return nil, feedError(c.res, err)
+			}
+		}
+		return c.cache, nil
+	}
+	res, err := a.resolve(ctx, resource)
+	if err != nil {
+		return nil, err
+	}
+	c, err := a.start(ctx, res)
+	if err != nil {
+		return nil, err
+	}
+	a.running[resource] = c
+	klog.FromContext(ctx).Info("Started the cache of a resource an IndexPolicy names", "resource", resource, "gvr", res.GVR.String(), "namespaced", res.Namespaced, "selectableFields", res.Fields)
+	return c.cache, nil
+}
+
+func feedError(res anyresource.Resource, err error) error {
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("this server may not list and watch %s (grant its ServiceAccount list and watch on it): %w", res.GVR.GroupResource(), err)
+	}
+	return fmt.Errorf("reading %s from kube-apiserver: %w", res.GVR, err)
+}
+
+// Retain stops the caches whose resources keep lacks, and waits for them.
+func (a *anyCaches) Retain(keep map[string]bool) {
+	a.mu.Lock()
+	var stopped []*anyCache
+	for name, c := range a.running {
+		if keep[name] {
+			continue
+		}
+		delete(a.running, name)
+		a.registry.Remove(c.res.GVR)
+		c.cancel()
+		stopped = append(stopped, c)
+		klog.InfoS("Stopping the cache of a resource no IndexPolicy names any more", "resource", name)
+	}
+	a.mu.Unlock()
+	for _, c := range stopped {
+		<-c.done
+	}
+}
+
+// resolve finds the group, version and resource kubectl would read for
+// resource, and how to serve it.
+func (a *anyCaches) resolve(ctx context.Context, resource string) (anyresource.Resource, error) {
+	gr := schema.ParseGroupResource(resource)
+	gvr, err := a.mapper.ResourceFor(gr.WithVersion(""))
+	if meta.IsNoMatchError(err) {
+		a.mapper.Reset() // a CRD created since discovery was read
+		gvr, err = a.mapper.ResourceFor(gr.WithVersion(""))
+	}
+	if err != nil {
+		return anyresource.Resource{}, fmt.Errorf("kube-apiserver serves no resource %q: %w", resource, err)
+	}
+	if gvr.Resource != gr.Resource || gvr.Group != gr.Group {
+		return anyresource.Resource{}, fmt.Errorf("%q is %s; name it so in the policy", resource, gvr.GroupResource())
+	}
+	gvk, err := a.mapper.KindFor(gvr)
+	if err != nil {
+		return anyresource.Resource{}, err
+	}
+	mapping, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return anyresource.Resource{}, err
+	}
+	res := anyresource.Resource{
+		GVR:        gvr,
+		Kind:       gvk.Kind,
+		ListKind:   gvk.Kind + "List",
+		Singular:   strings.ToLower(gvk.Kind),
+		Namespaced: mapping.Scope.Name() == meta.RESTScopeNameNamespace,
+	}
+	if gvr.Group == "" || a.crds == nil {
+		return res, nil
+	}
+	crd, err := a.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, gvr.GroupResource().String(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return res, nil // a built-in or an aggregated API's resource
+	}
+	if err != nil {
+		return anyresource.Resource{}, fmt.Errorf("reading the CustomResourceDefinition of %s: %w", gvr.GroupResource(), err)
+	}
+	res.Custom = true
+	res.ListKind = crd.Spec.Names.ListKind
+	if crd.Spec.Names.Singular != "" {
+		res.Singular = crd.Spec.Names.Singular
+	}
+	for _, v := range crd.Spec.Versions {
+		if v.Name != gvr.Version {
+			continue
+		}
+		res.Columns = v.AdditionalPrinterColumns
+		if res.Columns == nil {
+			res.Columns = []apiextensionsv1.CustomResourceColumnDefinition{}
+		}
+		for _, f := range v.SelectableFields {
+			res.Fields = append(res.Fields, strings.TrimPrefix(f.JSONPath, "."))
+		}
+	}
+	return res, nil
+}
+
+// start builds the cache, feed and reader of res and starts them; the
+// resource is served under the cluster proxy once the cache has synced.
+func (a *anyCaches) start(ctx context.Context, res anyresource.Resource) (*anyCache, error) {
+	fields := map[string]func(*rawobject.Object) []string{
+		"metadata.name": func(o *rawobject.Object) []string { return []string{o.Name} },
+	}
+	for _, f := range res.Fields {
+		fields[f] = func(o *rawobject.Object) []string {
+			v, err := o.Field(f)
+			if err != nil {
+				return []string{""}
+			}
+			return []string{v}
+		}
+	}
+	raw := upstream.RawResource(res.GVR, res.Namespaced, fields)
+	feed := upstream.NewFeed(raw, a.kube, a.read, a.tuning.RevisionReadInterval)
+	codec := res.Codec()
+	cfgFields := make(map[string]indexcache.FieldFunc, len(raw.Fields))
+	for name, fn := range raw.Fields {
+		cfgFields[name] = indexcache.FieldFunc(fn)
+	}
+	gvk := res.GVK()
+	cache, err := indexcache.New(indexcache.Config{
+		GroupResource: res.GVR.GroupResource(),
+		Namespaced:    res.Namespaced,
+		NewFunc: func() runtime.Object {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(gvk)
+			return u
+		},
+		Transform:              raw.Transform,
+		Compaction:             codec,
+		Encoder:                codec,
+		Fields:                 cfgFields,
+		AlwaysIndexedFields:    []string{"metadata.name"},
+		CurrentResourceVersion: feed.CurrentResourceVersion,
+		RequestProgress:        feed.RequestProgress,
+		FreshnessTimeout:       a.tuning.FreshnessTimeout,
+		EventWindow:            a.tuning.EventWindow,
+		SnapshotRetention:      a.tuning.SnapshotRetention,
+		WatchBuffer:            a.tuning.WatchBuffer,
+		SlowWatcherBudget:      a.tuning.SlowWatcherBudget,
+		BookmarkInterval:       a.tuning.BookmarkInterval,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the cache of %s: %w", res.GVR.GroupResource(), err)
+	}
+	feed.Connect(cache.Ingest(), cache.ResourceVersion)
+	// Consistent reads wait for the cache: an answer read upstream would
+	// be a decoded object, not held bytes.
+	reader := consistentread.New(cache, consistentread.Config{GroupResource: res.GVR.GroupResource()})
+	h, err := anyresource.NewHandler(res, reader, a.minTimeout)
+	if err != nil {
+		cache.Stop()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	c := &anyCache{res: res, cache: cache, feed: feed, cancel: cancel, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Go(func() { cache.Run(runCtx.Done()) })
+	wg.Go(func() { feed.Run(runCtx) })
+	wg.Go(func() {
+		// Serve from the cache once it has synced; until then reads pass through.
+		for !cache.HasSynced() {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if runCtx.Err() == nil {
+			a.registry.Add(h)
+		}
+	})
+	go func() {
+		wg.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}

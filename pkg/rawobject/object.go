@@ -1,0 +1,155 @@
+// Package rawobject is an object of any resource as index-apiserver holds
+// it (DESIGN.md §4c): the JSON bytes kube-apiserver sent, and what was
+// decoded from them for the cache (metadata, and on request the values of
+// field paths). No compiled Go type stands between kube-apiserver's bytes
+// and the client, so a field no type here knows survives byte for byte.
+//
+// The bytes are held in list-item form: what kube-apiserver writes as an
+// item of a LIST of the resource. A built-in's items have no kind and
+// apiVersion (a watch event's object has them first, and they are cut off
+// at decode); a custom resource's items carry them.
+package rawobject
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Object is one object as held: Raw, without metadata.managedFields (the
+// cache drops them, as for pods and nodes), and its metadata decoded. It is
+// what the feed delivers to the cache; the cache keeps Raw and the values
+// its indexes need, not the Object.
+type Object struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+	// Raw is the object's JSON in list-item form.
+	Raw []byte
+
+	content map[string]any // decoded on the first Field, for ingest only
+}
+
+var _ runtime.Object = &Object{}
+
+// Decode reads one object as kube-apiserver wrote it (a GET's body, a watch
+// event's object or a list item) into its held form.
+func Decode(data []byte) (*Object, error) {
+	ms, err := members(data)
+	if err != nil {
+		return nil, err
+	}
+	o := &Object{}
+	raw := data
+	// A built-in's single object starts with kind and apiVersion, which its
+	// list items do not have.
+	if len(ms) >= 2 && string(ms[0].key) == "kind" && string(ms[1].key) == "apiVersion" {
+		if err := json.Unmarshal(raw[ms[0].valStart:ms[0].valEnd], &o.Kind); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(raw[ms[1].valStart:ms[1].valEnd], &o.APIVersion); err != nil {
+			return nil, err
+		}
+		if len(ms) == 2 {
+			raw = []byte("{}")
+		} else {
+			raw = append([]byte("{"), raw[ms[2].keyStart:]...)
+		}
+		if ms, err = members(raw); err != nil {
+			return nil, err
+		}
+	} else {
+		// Copy: the decoder's buffer is not ours to keep.
+		raw = bytes.Clone(raw)
+	}
+	md, _, ok := find(ms, "metadata")
+	if !ok {
+		return nil, fmt.Errorf("object has no metadata")
+	}
+	mdRaw := raw[md.valStart:md.valEnd]
+	if mms, err := members(mdRaw); err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	} else if _, j, ok := find(mms, "managedFields"); ok {
+		stripped := without(mdRaw, mms, j)
+		out := make([]byte, 0, len(raw)-len(mdRaw)+len(stripped))
+		out = append(out, raw[:md.valStart]...)
+		out = append(out, stripped...)
+		raw = append(out, raw[md.valEnd:]...)
+		mdRaw = stripped
+	}
+	if err := json.Unmarshal(mdRaw, &o.ObjectMeta); err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	o.Raw = raw
+	return o, nil
+}
+
+// Typed tells whether held bytes carry apiVersion and kind themselves (a
+// custom resource's do), so that a single object is written as they are.
+func Typed(raw []byte) bool {
+	return bytes.HasPrefix(raw, []byte(`{"apiVersion":`))
+}
+
+// Single is the held bytes as a GET or watch event writes the object: with
+// kind and apiVersion first, as kube-apiserver writes a built-in.
+func Single(raw []byte, gvk schema.GroupVersionKind) []byte {
+	if Typed(raw) {
+		return raw
+	}
+	kind, _ := json.Marshal(gvk.Kind)
+	av, _ := json.Marshal(gvk.GroupVersion().String())
+	out := make([]byte, 0, len(raw)+len(kind)+len(av)+24)
+	out = append(out, `{"kind":`...)
+	out = append(out, kind...)
+	out = append(out, `,"apiVersion":`...)
+	out = append(out, av...)
+	if len(raw) > 2 {
+		out = append(out, ',')
+	}
+	return append(out, raw[1:]...)
+}
+
+// Field returns the value at a dotted field path (spec.queue), formatted
+// as kube-apiserver formats a selectable field's value: "" when absent.
+func (o *Object) Field(path string) (string, error) {
+	if o.content == nil {
+		d := json.NewDecoder(bytes.NewReader(o.Raw))
+		d.UseNumber()
+		if err := d.Decode(&o.content); err != nil {
+			return "", err
+		}
+	}
+	var cur any = o.content
+	for _, p := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return "", nil
+		}
+		if cur, ok = m[p]; !ok {
+			return "", nil
+		}
+	}
+	switch v := cur.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return v, nil
+	case json.Number:
+		return v.String(), nil
+	case bool, float64:
+		return fmt.Sprint(v), nil
+	}
+	// kube-apiserver's fmt.Sprint of a map or a list.
+	return fmt.Sprint(cur), nil
+}
+
+// DeepCopyObject copies the object; Raw is shared, it is never written.
+func (o *Object) DeepCopyObject() runtime.Object {
+	out := &Object{TypeMeta: o.TypeMeta, Raw: o.Raw}
+	o.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return out
+}

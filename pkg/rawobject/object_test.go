@@ -1,0 +1,71 @@
+package rawobject
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestDecodeKeepsBytesAndDropsManagedFields(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, held, single string
+	}{{
+		name:   "built-in watch object",
+		in:     `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"},"managedFields":[{"manager":"kubectl","fieldsV1":{"f:data":{}}}]},"data":{"k":"v"},"futureField":{"z":1,"a":[1,2]}}`,
+		held:   `{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"}},"data":{"k":"v"},"futureField":{"z":1,"a":[1,2]}}`,
+		single: `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"}},"data":{"k":"v"},"futureField":{"z":1,"a":[1,2]}}`,
+	}, {
+		name:   "built-in list item, managedFields first",
+		in:     `{"metadata":{"managedFields":[],"name":"a","resourceVersion":"7"},"data":{}}`,
+		held:   `{"metadata":{"name":"a","resourceVersion":"7"},"data":{}}`,
+		single: `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"7"},"data":{}}`,
+	}, {
+		name:   "custom resource, managedFields only",
+		in:     `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"managedFields":[{"a":"}"}]},"spec":{"x-unknown":"\"}"}}`,
+		held:   `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{},"spec":{"x-unknown":"\"}"}}`,
+		single: `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{},"spec":{"x-unknown":"\"}"}}`,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := Decode([]byte(tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(o.Raw) != tc.held {
+				t.Errorf("held\n got %s\nwant %s", o.Raw, tc.held)
+			}
+			if got := Single(o.Raw, schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}); string(got) != tc.single {
+				t.Errorf("single\n got %s\nwant %s", got, tc.single)
+			}
+			if o.ManagedFields != nil {
+				t.Errorf("managedFields decoded: %v", o.ManagedFields)
+			}
+		})
+	}
+}
+
+func TestDecodeMetadataAndFields(t *testing.T) {
+	o, err := Decode([]byte(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w","namespace":"n","uid":"u1","resourceVersion":"12","labels":{"app":"a"}},"spec":{"queue":"q1","size":3,"on":true,"big":12345678901234567890}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Name != "w" || o.Namespace != "n" || o.UID != "u1" || o.ResourceVersion != "12" || o.Labels["app"] != "a" {
+		t.Errorf("metadata: %+v", o.ObjectMeta)
+	}
+	for path, want := range map[string]string{
+		"spec.queue": "q1", "spec.size": "3", "spec.on": "true", "spec.missing": "", "spec.queue.x": "",
+		"spec.big": "12345678901234567890", "metadata.name": "w",
+	} {
+		got, err := o.Field(path)
+		if err != nil || got != want {
+			t.Errorf("Field(%s) = %q, %v; want %q", path, got, err, want)
+		}
+	}
+}
+
+func TestDecodeRefusesWhatIsNotAnObject(t *testing.T) {
+	for _, in := range []string{``, `[]`, `{"metadata":`, `{"spec":{}}`, `{"metadata":[1]}`, `{"a" 1}`} {
+		if _, err := Decode([]byte(in)); err == nil {
+			t.Errorf("Decode(%q) succeeded", in)
+		}
+	}
+}

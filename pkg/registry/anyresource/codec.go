@@ -1,0 +1,197 @@
+package anyresource
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
+)
+
+// heldFormat names the kept piece that is an object as held: kube-apiserver's
+// JSON in list-item form (package rawobject).
+const heldFormat = "held-json"
+
+// Codec is a cache's Compaction and Encoder for one resource held as bytes:
+// the cache keeps each version as kube-apiserver's JSON, plain JSON reads
+// write those bytes, and every other output (YAML, Table, metadata only)
+// decodes them into an Unstructured, keeping nothing.
+type Codec struct {
+	GVK schema.GroupVersionKind
+	// BuiltIn: a compiled type's list metadata omits what is empty
+	// (continue), an Unstructured list's has it.
+	BuiltIn bool
+}
+
+var (
+	_ indexcache.Compaction = Codec{}
+	_ indexcache.Encoder    = Codec{}
+)
+
+// Compact holds a feed's object as its bytes; an Unstructured (the final
+// state of a deletion found by a relist, stamped with its resourceVersion)
+// is encoded.
+func (c Codec) Compact(obj runtime.Object) (string, []byte, error) {
+	switch o := obj.(type) {
+	case *rawobject.Object:
+		return heldFormat, o.Raw, nil
+	case *unstructured.Unstructured:
+		raw, err := o.MarshalJSON()
+		return heldFormat, bytes.TrimSuffix(raw, []byte("\n")), err
+	}
+	return "", nil, errors.New("anyresource: not a held object")
+}
+
+// Expand decodes held bytes, for the outputs that need the object.
+func (c Codec) Expand(format string, raw []byte) (runtime.Object, error) {
+	if format != heldFormat {
+		return nil, errors.New("anyresource: cannot expand " + format)
+	}
+	obj, _, err := unstructured.UnstructuredJSONScheme.Decode(rawobject.Single(raw, c.GVK), nil, nil)
+	return obj, err
+}
+
+// CacheEncode writes o as encode would: its held bytes for plain JSON.
+func (c Codec) CacheEncode(o *indexcache.Object, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
+	switch name, target := encoded.Identify(id); {
+	case name == "watch":
+		// The event encoder writes the object through CacheEncode again.
+		return encode(o, w)
+	case name == "watch-embedded" && target != "":
+		return encode(o.Decoded(), w)
+	}
+	plain, err := c.plainJSON(id, encode)
+	if err != nil || !plain {
+		if err != nil {
+			return err
+		}
+		return encode(o.Decoded(), w)
+	}
+	raw, err := held(o)
+	if err != nil {
+		return err
+	}
+	return c.writeSingle(w, raw)
+}
+
+func held(o *indexcache.Object) ([]byte, error) {
+	return o.Kept(heldFormat, func() ([]byte, error) { return nil, errors.New("anyresource: object not held as bytes") })
+}
+
+// writeSingle writes held bytes as a GET's body: kind and apiVersion first
+// for a built-in, a newline after, as the JSON serializer ends. The first
+// write is one byte, so the response writer decides on compression by the
+// whole body, as for the serializer's single write.
+func (c Codec) writeSingle(w io.Writer, raw []byte) error {
+	var err error
+	if rawobject.Typed(raw) {
+		_, err = writeAll(w, raw[:1], raw[1:], newline)
+		return err
+	}
+	body := rawobject.Single(raw, c.GVK)
+	_, err = writeAll(w, body[:1], body[1:], newline)
+	return err
+}
+
+var (
+	newline = []byte("\n")
+	comma   = []byte(",")
+)
+
+// WriteList writes a LIST page from its items' held bytes when encode is
+// plain JSON; false, having written nothing, otherwise.
+func (c Codec) WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object) (bool, error) {
+	if plain, err := c.plainJSON(id, encode); err != nil || !plain {
+		return false, err
+	}
+	if u, ok := envelope.(*unstructured.UnstructuredList); ok && c.BuiltIn && u.GetContinue() == "" {
+		unstructured.RemoveNestedField(u.Object, "metadata", "continue")
+	}
+	var buf bytes.Buffer
+	if err := encode(envelope, &buf); err != nil {
+		return false, err
+	}
+	out := buf.Bytes()
+	marker := []byte(`"items":[]`)
+	at := bytes.Index(out, marker)
+	if at < 0 {
+		return false, nil
+	}
+	head, tail := out[:at+len(marker)-1], out[at+len(marker)-1:]
+	bodies := make([][]byte, len(items))
+	for i, o := range items {
+		raw, err := held(o)
+		if err != nil {
+			return false, err
+		}
+		bodies[i] = raw
+	}
+	if _, err := w.Write(head[:1]); err != nil {
+		return true, err
+	}
+	bw := bufio.NewWriterSize(w, encoded.ListChunk)
+	if _, err := bw.Write(head[1:]); err != nil {
+		return true, err
+	}
+	for i, b := range bodies {
+		if i > 0 {
+			if _, err := bw.Write(comma); err != nil {
+				return true, err
+			}
+		}
+		if _, err := bw.Write(b); err != nil {
+			return true, err
+		}
+	}
+	if _, err := bw.Write(tail); err != nil {
+		return true, err
+	}
+	return true, bw.Flush()
+}
+
+// plainJSON tells whether encode is the compact JSON encoder for this
+// resource's version, learned once per encoder from its output for an
+// object with only apiVersion and kind.
+func (c Codec) plainJSON(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (bool, error) {
+	key := plainKey{id: id, gvk: c.GVK}
+	if v, ok := plain.Load(key); ok {
+		return v.(bool), nil
+	}
+	probe := &unstructured.Unstructured{}
+	probe.SetGroupVersionKind(c.GVK)
+	var buf bytes.Buffer
+	if err := encode(probe, &buf); err != nil {
+		return false, err
+	}
+	want := `{"apiVersion":"` + c.GVK.GroupVersion().String() + `","kind":"` + c.GVK.Kind + `"}` + "\n"
+	v, _ := plain.LoadOrStore(key, buf.String() == want)
+	return v.(bool), nil
+}
+
+type plainKey struct {
+	id  runtime.Identifier
+	gvk schema.GroupVersionKind
+}
+
+// plain holds facts about the process's encoders.
+var plain sync.Map // plainKey -> bool
+
+func writeAll(w io.Writer, parts ...[]byte) (int, error) {
+	total := 0
+	for _, p := range parts {
+		n, err := w.Write(p)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}

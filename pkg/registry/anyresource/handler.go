@@ -1,0 +1,243 @@
+// Package anyresource serves get, list and watch of any cached resource
+// (IndexPolicy names it: configmaps, jobs.batch, a custom resource) under
+// the cluster proxy, as kube-apiserver serves it: through k8s.io/apiserver's
+// own handlers (resourceVersion modes, paging, selectors, WatchList,
+// bookmarks, Table, PartialObjectMetadata, JSON and YAML), from a cache
+// that holds each object as kube-apiserver's JSON bytes (Codec). It does no
+// authorization itself: the cluster proxy checks the caller's right to the
+// inner request first.
+package anyresource
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apiextensions-apiserver/pkg/registry/customresource/tableconvertor"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/endpoints/handlers"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/readonly"
+)
+
+// Resource is one cached resource at the version it is served (and read
+// upstream) at.
+type Resource struct {
+	GVR        schema.GroupVersionResource
+	Kind       string
+	ListKind   string
+	Singular   string
+	Namespaced bool
+	// Fields are the field paths its field selectors support, besides
+	// metadata.namespace: metadata.name and a CRD's selectableFields.
+	Fields []string
+	// Columns are a custom resource's additionalPrinterColumns at the
+	// version; nil for a built-in (NAME and CREATED AT).
+	Columns []apiextensionsv1.CustomResourceColumnDefinition
+	// Custom: a custom resource (kube-apiserver serves it as Unstructured).
+	Custom bool
+}
+
+// Codec is how the resource's cache holds and writes its objects.
+func (r Resource) Codec() Codec { return Codec{GVK: r.GVK(), BuiltIn: !r.Custom} }
+
+// GVK is the resource's kind at its version.
+func (r Resource) GVK() schema.GroupVersionKind { return r.GVR.GroupVersion().WithKind(r.Kind) }
+
+// Handler serves one resource's reads.
+type Handler struct {
+	res        Resource
+	storage    *readonly.REST
+	scope      *handlers.RequestScope
+	minTimeout time.Duration
+}
+
+// NewHandler serves res from cache (a consistentread.Reader or the cache).
+func NewHandler(res Resource, cache readonly.Cache, minRequestTimeout time.Duration) (*Handler, error) {
+	gvk := res.GVK()
+	table := rest.TableConvertor(rest.NewDefaultTableConvertor(res.GVR.GroupResource()))
+	if res.Columns != nil {
+		t, err := tableconvertor.New(res.Columns)
+		if err != nil {
+			return nil, fmt.Errorf("printer columns of %s: %w", res.GVR.GroupResource(), err)
+		}
+		table = t
+	}
+	table = heldTable{table}
+	storage := readonly.New(readonly.Resource{
+		GroupResource: res.GVR.GroupResource(),
+		SingularName:  res.Singular,
+		Namespaced:    res.Namespaced,
+		NewFunc: func() runtime.Object {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(gvk)
+			return u
+		},
+		NewListFunc: func() runtime.Object {
+			l := &unstructured.UnstructuredList{}
+			l.SetGroupVersionKind(res.GVR.GroupVersion().WithKind(res.ListKind))
+			return l
+		},
+		TableConvertor: table,
+		WriteList:      res.Codec().WriteList,
+	}, cache)
+
+	fields := map[string]bool{"metadata.name": true}
+	if res.Namespaced {
+		fields["metadata.namespace"] = true
+	}
+	for _, f := range res.Fields {
+		fields[f] = true
+	}
+	t := newTyper()
+	params := runtime.NewScheme()
+	metav1.AddToGroupVersion(params, res.GVR.GroupVersion())
+	conv := convertor{gvk: gvk, fields: fields, params: params}
+	ns := newNegotiated(t, conv)
+	var standard []runtime.SerializerInfo
+	standard = append(standard, metaCodecs.SupportedMediaTypes()...)
+	scope := &handlers.RequestScope{
+		Namer:               handlers.ContextBasedNaming{Namer: meta.NewAccessor(), ClusterScoped: !res.Namespaced},
+		Serializer:          ns,
+		ParameterCodec:      runtime.NewParameterCodec(params),
+		StandardSerializers: standard,
+		Creater:             creater{},
+		Convertor:           conv,
+		Defaulter:           nopDefaulter{},
+		Typer:               t,
+		UnsafeConvertor:     conv,
+
+		EquivalentResourceMapper: runtime.NewEquivalentResourceRegistry(),
+		Resource:                 res.GVR,
+		Kind:                     gvk,
+		HubGroupVersion:          gvk.GroupVersion(),
+		MetaGroupVersion:         metav1.SchemeGroupVersion,
+		TableConvertor:           table,
+	}
+	return &Handler{res: res, storage: storage, scope: scope, minTimeout: minRequestTimeout}, nil
+}
+
+// ServeHTTP serves a get, list or watch whose request info (in the
+// request's context) names this resource.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	info, _ := request.RequestInfoFrom(req.Context())
+	var serve http.HandlerFunc
+	switch info.Verb {
+	case "get":
+		serve = handlers.GetResource(h.storage, h.scope)
+	case "list":
+		serve = handlers.ListResource(h.storage, h.storage, h.scope, false, h.minTimeout)
+	case "watch":
+		serve = handlers.ListResource(h.storage, h.storage, h.scope, true, h.minTimeout)
+	default:
+		http.Error(w, "not a read", http.StatusMethodNotAllowed)
+		return
+	}
+	serve(w, req)
+}
+
+// Registry is the resources served from a cache now, by group, version
+// and resource: started and stopped with their IndexPolicies.
+type Registry struct {
+	mu       sync.RWMutex
+	handlers map[schema.GroupVersionResource]*Handler
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{handlers: map[schema.GroupVersionResource]*Handler{}}
+}
+
+// Add serves h's resource from now on.
+func (r *Registry) Add(h *Handler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.handlers[h.res.GVR] = h
+}
+
+// Remove stops serving gvr: its reads pass through again.
+func (r *Registry) Remove(gvr schema.GroupVersionResource) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.handlers, gvr)
+}
+
+func (r *Registry) handler(info *request.RequestInfo) *Handler {
+	if info == nil || !info.IsResourceRequest || info.Subresource != "" {
+		return nil
+	}
+	switch info.Verb {
+	case "get", "list", "watch":
+	default:
+		return nil
+	}
+	r.mu.RLock()
+	h := r.handlers[schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}]
+	r.mu.RUnlock()
+	if h == nil || (!h.res.Namespaced && info.Namespace != "") {
+		return nil
+	}
+	return h
+}
+
+// Serves tells whether a request is a read of a resource served here.
+func (r *Registry) Serves(method string, info *request.RequestInfo) bool {
+	return method == http.MethodGet && r.handler(info) != nil
+}
+
+// ServeHTTP serves a request Serves accepted.
+func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	info, _ := request.RequestInfoFrom(req.Context())
+	h := r.handler(info)
+	if h == nil {
+		http.NotFound(w, req)
+		return
+	}
+	h.ServeHTTP(w, req)
+}
+
+// heldTable makes tables of held objects: it decodes them (and keeps
+// nothing) for a convertor that reads Unstructured objects.
+type heldTable struct{ rest.TableConvertor }
+
+func (t heldTable) ConvertToTable(ctx context.Context, obj runtime.Object, opts runtime.Object) (*metav1.Table, error) {
+	return t.TableConvertor.ConvertToTable(ctx, decodeHeld(obj), opts)
+}
+
+func decodeHeld(obj runtime.Object) runtime.Object {
+	if o, ok := obj.(*indexcache.Object); ok {
+		return o.Decoded()
+	}
+	if !meta.IsListType(obj) {
+		return obj
+	}
+	items, err := meta.ExtractList(obj)
+	if err != nil {
+		return obj
+	}
+	out := &unstructured.UnstructuredList{}
+	if lm, err := meta.ListAccessor(obj); err == nil {
+		out.SetResourceVersion(lm.GetResourceVersion())
+		out.SetContinue(lm.GetContinue())
+		out.SetRemainingItemCount(lm.GetRemainingItemCount())
+	}
+	for _, it := range items {
+		if o, ok := it.(*indexcache.Object); ok {
+			it = o.Decoded()
+		}
+		if u, ok := it.(*unstructured.Unstructured); ok {
+			out.Items = append(out.Items, *u)
+		}
+	}
+	return out
+}
