@@ -1,6 +1,7 @@
 package coreview
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -9,11 +10,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints"
+	"k8s.io/apiserver/pkg/endpoints/handlers"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/klog/v2"
@@ -90,5 +94,52 @@ func NewHandler(pods, nodes readonly.Cache, opts Options) (*Handler, error) {
 // ServeHTTP dispatches to the generic handlers without go-restful's ServeMux
 // (which would clean and redirect paths).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	h.container.Dispatch(w, req)
+	h.container.Dispatch(w, withPartialTarget(req))
+}
+
+// negotiationScope negotiates the response's media type as the generic
+// handlers do for this view's endpoints (Table in JSON and YAML,
+// PartialObjectMetadata and its list in meta.k8s.io v1 and v1beta1).
+var negotiationScope = &handlers.RequestScope{
+	MetaGroupVersion: metav1.SchemeGroupVersion,
+	TableConvertor:   rest.NewDefaultTableConvertor(schema.GroupResource{}),
+}
+
+// partialTargetKey holds, in a request's context, the PartialObjectMetadata
+// kind its Accept asks for.
+type partialTargetKey struct{}
+
+// withPartialTarget notes in req's context which PartialObjectMetadata kind,
+// if any, the response is to be, so the storage can answer a mismatch (a
+// list asked for as one object, or the reverse) with kube-apiserver's 406,
+// which names kube-apiserver's types (*core.PodList), not the cache's.
+func withPartialTarget(req *http.Request) *http.Request {
+	mt, _, err := negotiation.NegotiateOutputMediaType(req, Codecs, negotiationScope)
+	if err != nil || mt.Convert == nil || mt.Convert.Group != metav1.GroupName {
+		return req
+	}
+	switch kind := mt.Convert.Kind; kind {
+	case "PartialObjectMetadata", "PartialObjectMetadataList":
+		return req.WithContext(context.WithValue(req.Context(), partialTargetKey{}, kind))
+	}
+	return req
+}
+
+// notAcceptableAs is kube-apiserver's 406 for a GET whose result (kind, as
+// kube-apiserver's internal type core.<kind>) cannot be converted to the
+// PartialObjectMetadata kind its Accept asked for; nil when it can.
+func notAcceptableAs(ctx context.Context, kind string, list bool) error {
+	target, _ := ctx.Value(partialTargetKey{}).(string)
+	var msg string
+	switch {
+	case target == "PartialObjectMetadata" && list:
+		msg = fmt.Sprintf("you requested PartialObjectMetadata, but the requested object is a list (*core.%s)", kind)
+	case target == "PartialObjectMetadataList" && !list:
+		msg = fmt.Sprintf("you requested PartialObjectMetadataList, but the requested object is not a list (*core.%s)", kind)
+	default:
+		return nil
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusNotAcceptable, Reason: metav1.StatusReason("NotAcceptable"), Message: msg,
+	}}
 }

@@ -8,6 +8,7 @@ package coreview
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,12 +43,30 @@ var (
 
 func (r REST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
 	obj, err := r.REST.Get(ctx, name, options)
-	return obj, coreError(err)
+	if err != nil {
+		return nil, coreError(err)
+	}
+	if err := notAcceptableAs(ctx, r.kind(), false); err != nil {
+		return nil, err
+	}
+	return obj, nil
 }
 
 func (r REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
 	obj, err := r.REST.List(ctx, withoutPodIPs(options))
-	return obj, coreError(err)
+	if err != nil {
+		return nil, coreError(err)
+	}
+	if err := notAcceptableAs(ctx, r.kind()+"List", true); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// kind is the served kind (Pod, Node): the name of the cache's type, which
+// is kube-apiserver's internal type's.
+func (r REST) kind() string {
+	return reflect.TypeOf(r.New()).Elem().Name()
 }
 
 func (r REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
