@@ -26,7 +26,6 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/history"
 	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
@@ -667,8 +666,10 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// TestEventWindowRetention: beyond the minimum, events older than the
-// retention leave the window, and watches from before them get 410.
+// TestEventWindowRetention: the window keeps events as kube-apiserver's
+// watch cache does: a burst stays after its retention while nothing pushes
+// it out (a watch from before it is served), and once events are dropped a
+// watch from before the oldest held gets 410 with kube-apiserver's bound.
 func TestEventWindowRetention(t *testing.T) {
 	cfg := testConfig()
 	clk := testingclock.NewFakeClock(time.Now())
@@ -687,27 +688,37 @@ func TestEventWindowRetention(t *testing.T) {
 	for rv := uint64(11); rv <= 160; rv++ {
 		add(rv)
 	}
+	clk.Step(DefaultEventRetention + time.Second)
+	c.expireHistory()
+	add(161)
+	if n := c.window.Len(); n != 151 {
+		t.Fatalf("window holds %d events, want all 151", n)
+	}
 	if w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); err != nil {
-		t.Fatalf("watch within the window: %v", err)
+		t.Fatalf("watch from the relist: %v", err)
 	} else {
+		if got := describe(recv(t, w)); got != "ADDED ns/p11@11" {
+			t.Fatalf("first replayed event %s", got)
+		}
 		w.Stop()
 	}
-	clk.Step(DefaultEventRetention + time.Second)
-	add(161)
-	if n := c.window.Len(); n != history.MinEvents {
-		t.Fatalf("window holds %d events, want %d", n, history.MinEvents)
+	for rv := uint64(162); rv <= 400; rv++ { // full (200) from 210 on, it drops the stale burst, then grows (400)
+		add(rv)
+	}
+	if n, first := c.window.Len(), c.window.At(0).rv; n != 240 || first != 161 {
+		t.Fatalf("window holds %d events from %d, want 240 from 161", n, first)
 	}
 	if w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); err != nil {
 		t.Fatal(err)
-	} else if err := watchError(t, w); !errors.IsResourceExpired(err) {
-		t.Fatalf("watch from before the window: %v, want 410", err)
+	} else if err := watchError(t, w); !errors.IsResourceExpired(err) || err.Error() != "too old resource version: 10 (160)" {
+		t.Fatalf("watch from before the window: %v, want 410 too old resource version: 10 (160)", err)
 	}
-	w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: strconv.Itoa(161 - history.MinEvents)})
+	w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "160"})
 	if err != nil {
 		t.Fatalf("watch from the window's start: %v", err)
 	}
 	defer w.Stop()
-	if got := describe(recv(t, w)); got != fmt.Sprintf("ADDED ns/p%d@%d", 162-history.MinEvents, 162-history.MinEvents) {
+	if got := describe(recv(t, w)); got != "ADDED ns/p161@161" {
 		t.Fatalf("first replayed event %s", got)
 	}
 }

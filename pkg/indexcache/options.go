@@ -68,10 +68,11 @@ type Config struct {
 	// EventWindow is the most events kept for watch replay (and for Exact
 	// reads of states no snapshot holds).
 	EventWindow int
-	// EventRetention lets older events go even when the window is not full
-	// (the newest 100, history.MinEvents, always stay), like kube-apiserver's watch cache,
-	// which keeps about 75s of history: the window holds old versions of
-	// objects, which is memory.
+	// EventRetention is how long the window keeps events at least (within
+	// EventWindow), kube-apiserver's eventFreshDuration: the window sizes
+	// itself between history.MinEvents and EventWindow as kube-apiserver's
+	// watch cache history does (history.Window), so it holds the events of
+	// the last EventRetention, and older ones while nothing pushes them out.
 	EventRetention time.Duration
 	// SnapshotRetention is how long snapshots for continue tokens and Exact reads are kept.
 	SnapshotRetention time.Duration

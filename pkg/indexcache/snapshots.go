@@ -93,14 +93,13 @@ func (c *Cache) keepSnapshot(v view) {
 	c.snapshots.Add(v.rv, v.tree, c.cfg.Clock.Now())
 }
 
-// expireHistory lets old events go from the window (also when none
-// arrive to push them out) and drops the snapshots the window no longer
-// reaches, and the unused ones.
+// expireHistory drops the snapshots the window no longer reaches, and the
+// unused ones. (Events leave the window only when new ones push them out,
+// as from kube-apiserver's watch cache.)
 func (c *Cache) expireHistory() {
 	now := c.cfg.Clock.Now()
-	c.mu.Lock()
-	c.window.Expire(now)
+	c.mu.RLock()
 	oldest := c.window.StartRV()
-	c.mu.Unlock()
+	c.mu.RUnlock()
 	c.snapshots.Expire(oldest, now)
 }

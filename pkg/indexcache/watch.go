@@ -126,14 +126,20 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 		}
 	case fromRV == 0:
 	case fromRV > at && c.fromOldHistoryLocked(fromRV):
-		oldest := c.window.StartRV()
+		oldest := c.window.ResumeFrom()
 		unlock()
 		return false, errTooOldRV(fromRV, oldest)
 	case fromRV >= at: // nothing to replay (an N from the future opens at once)
 	default:
+		// kube-apiserver's watch cache's bound and message: from the
+		// relist's resourceVersion until an event was dropped, then from
+		// the oldest held event's less one.
 		var ok bool
-		if replay, ok = c.window.Since(fromRV); !ok {
-			oldest := c.window.StartRV()
+		if fromRV >= c.window.ResumeFrom() {
+			replay, ok = c.window.Since(fromRV)
+		}
+		if !ok {
+			oldest := c.window.ResumeFrom()
 			unlock()
 			return false, errTooOldRV(fromRV, oldest)
 		}

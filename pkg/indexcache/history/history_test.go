@@ -2,6 +2,7 @@ package history
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -80,17 +81,157 @@ func TestWindowCapacity(t *testing.T) {
 	}
 }
 
-// TestWindowRetention: events older than the retention go, on Add and on
-// Expire, but the newest MinEvents stay.
-func TestWindowRetention(t *testing.T) {
+// TestWindowSizesAsKubeAPIServer: the window grows while its oldest event is
+// fresh, shrinks when its newest quarter is stale, and drops events only
+// when a new one does not fit, never for age alone.
+func TestWindowSizesAsKubeAPIServer(t *testing.T) {
 	w := NewWindow[*ev](1000, 100*time.Second)
-	fill(&w, 1, 300) // at t0+300s, events before t0+200s are too old
-	if w.Len() != 101 || w.At(0).seq != 200 {
-		t.Fatalf("len %d, oldest %d; want 101 from 200", w.Len(), w.At(0).seq)
+	fill(&w, 1, 300) // one a second: full at 100 with its oldest 100s old
+	if w.Len() != 100 || w.Capacity() != 100 || w.At(0).seq != 201 || w.StartRV() != 2000 || w.ResumeFrom() != 2009 {
+		t.Fatalf("len %d cap %d oldest %d startRV %d resumeFrom %d; want 100 100 201 2000 2009",
+			w.Len(), w.Capacity(), w.At(0).seq, w.StartRV(), w.ResumeFrom())
 	}
-	w.Expire(t0.Add(time.Hour))
-	if w.Len() != MinEvents || w.At(0).seq != 201 || w.StartRV() != 2000 {
-		t.Errorf("an hour later: len %d, oldest %d, startRV %d; want %d from 201", w.Len(), w.At(0).seq, w.StartRV(), MinEvents)
+	// A burst of 500 in a second: the first drops 201 (100s old, not
+	// fresh), then it grows to hold them all.
+	for s := uint64(301); s <= 800; s++ {
+		w.Add(&ev{rv: 10 * s, seq: s, at: t0.Add(301 * time.Second)})
+	}
+	if w.Len() != 599 || w.Capacity() != 800 || w.At(0).seq != 202 {
+		t.Fatalf("after a burst: len %d cap %d oldest %d; want 599 800 202", w.Len(), w.Capacity(), w.At(0).seq)
+	}
+	// An hour of quiet drops nothing.
+	w.Add(&ev{rv: 8010, seq: 801, at: t0.Add(time.Hour)})
+	if w.Len() != 600 || w.At(0).seq != 202 {
+		t.Fatalf("an hour later: len %d oldest %d; want 600 202", w.Len(), w.At(0).seq)
+	}
+	if got, ok := w.Since(2015); !ok || len(got) != 600 {
+		t.Fatalf("Since(2015): %d, %v; want the 600 held", len(got), ok)
+	}
+	// Full with a stale newest quarter: it halves.
+	for s := uint64(802); s <= 1001; s++ {
+		w.Add(&ev{rv: 10 * s, seq: s, at: t0.Add(time.Hour)})
+	}
+	w.Add(&ev{rv: 10020, seq: 1002, at: t0.Add(2 * time.Hour)})
+	if w.Capacity() != 400 || w.Len() != 400 || w.At(0).seq != 603 || w.StartRV() != 6020 || w.ResumeFrom() != 6029 {
+		t.Fatalf("after shrinking: len %d cap %d oldest %d startRV %d resumeFrom %d; want 400 400 603 6020 6029",
+			w.Len(), w.Capacity(), w.At(0).seq, w.StartRV(), w.ResumeFrom())
+	}
+}
+
+// kubeHistory is kube-apiserver's watchCacheHistory (k8s.io/apiserver
+// v0.37 storage/cacher/watch_cache_history.go), transcribed: updateCache,
+// resizeCacheLocked and the bound and message of GetIntervalLocked.
+type kubeHistory struct {
+	cache                   []*ev
+	capacity, lower, upper  int
+	start, end              int
+	fresh                   time.Duration
+	listRV                  uint64
+	removedEventSinceRelist bool
+}
+
+func (k *kubeHistory) full() bool { return k.end == k.start+k.capacity }
+
+func (k *kubeHistory) resizeTo(capacity int) {
+	c := make([]*ev, capacity)
+	if capacity < k.capacity {
+		k.start = k.end - capacity
+	}
+	for i := k.start; i < k.end; i++ {
+		c[i%capacity] = k.cache[i%k.capacity]
+	}
+	k.cache, k.capacity = c, capacity
+}
+
+func (k *kubeHistory) add(e *ev) {
+	if k.full() && e.at.Sub(k.cache[k.start%k.capacity].at) < k.fresh {
+		if c := min(k.capacity*2, k.upper); c > k.capacity {
+			k.resizeTo(c)
+		}
+	} else if k.full() && e.at.Sub(k.cache[(k.end-k.capacity/4)%k.capacity].at) > k.fresh {
+		if c := max(k.capacity/2, k.lower); c < k.capacity {
+			k.resizeTo(c)
+		}
+	}
+	if k.full() {
+		k.start++
+		k.removedEventSinceRelist = true
+	}
+	k.cache[k.end%k.capacity] = e
+	k.end++
+}
+
+// interval is GetIntervalLocked: the events after rv, or its 410 message.
+func (k *kubeHistory) interval(rv uint64) ([]*ev, string) {
+	var oldest uint64
+	switch {
+	case k.listRV > 0 && !k.removedEventSinceRelist:
+		oldest = k.listRV + 1
+	case k.end > k.start:
+		oldest = k.cache[k.start%k.capacity].rv
+	}
+	if rv < oldest-1 {
+		return nil, fmt.Sprintf("too old resource version: %d (%d)", rv, oldest-1)
+	}
+	var out []*ev
+	for i := k.start; i < k.end; i++ {
+		if e := k.cache[i%k.capacity]; e.rv > rv {
+			out = append(out, e)
+		}
+	}
+	return out, ""
+}
+
+// TestWindowResumesAsKubeAPIServer: along random histories (bursts, quiet
+// spells, sparse resourceVersions as a resource's share of etcd's
+// revisions), the window holds what kube-apiserver's watch cache history
+// holds, and for every resourceVersion serves the same events or refuses it
+// with the same number in the message.
+func TestWindowResumesAsKubeAPIServer(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 29))
+	for run := range 40 {
+		const listRV = 1000
+		upper := []int{150, 400, 1000, 5000}[run%4]
+		fresh := 75 * time.Second
+		w := NewWindow[*ev](upper, fresh)
+		w.Reset(listRV)
+		lower := min(MinEvents, upper)
+		k := &kubeHistory{cache: make([]*ev, lower), capacity: lower, lower: lower, upper: upper, fresh: fresh, listRV: listRV}
+		rv, now := uint64(listRV), t0
+		for s := uint64(1); s <= 3000; s++ {
+			switch r := rng.IntN(100); {
+			case r < 2:
+				now = now.Add(time.Duration(rng.IntN(300)) * time.Second) // a quiet spell
+			case r < 50:
+				now = now.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+			}
+			rv += 1 + uint64(rng.IntN(5))
+			e := &ev{rv: rv, seq: s, at: now}
+			w.Add(e)
+			k.add(e)
+			if s%97 != 0 {
+				continue
+			}
+			if w.Capacity() != k.capacity || w.Len() != k.end-k.start {
+				t.Fatalf("run %d event %d: capacity %d len %d, kube-apiserver %d %d", run, s, w.Capacity(), w.Len(), k.capacity, k.end-k.start)
+			}
+			for from := uint64(listRV - 1); from <= rv; from++ {
+				want, wantErr := k.interval(from)
+				var got []*ev
+				gotErr := ""
+				if from >= w.ResumeFrom() {
+					var ok bool
+					if got, ok = w.Since(from); !ok {
+						t.Fatalf("run %d: Since(%d) not ok though ResumeFrom is %d", run, from, w.ResumeFrom())
+					}
+				} else {
+					gotErr = fmt.Sprintf("too old resource version: %d (%d)", from, w.ResumeFrom())
+				}
+				if gotErr != wantErr || !slices.Equal(seqs(got), seqs(want)) {
+					t.Fatalf("run %d event %d: from %d: %d events %q, kube-apiserver %d events %q", run, s, from, len(got), gotErr, len(want), wantErr)
+				}
+			}
+		}
 	}
 }
 
