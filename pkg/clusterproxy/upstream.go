@@ -2,6 +2,7 @@ package clusterproxy
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -108,8 +109,10 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if id := audit.GetAuditIDTruncated(ctx); id != "" {
 		out.Header.Set(auditinternal.HeaderAuditID, id)
 	}
+	var body io.Closer
 	if out.Body != nil && out.Body != http.NoBody {
-		out.Body = countingBody{body: out.Body}
+		cb := countingBody{body: out.Body}
+		out.Body, body = cb, cb
 	}
 
 	loc := *u.base
@@ -123,12 +126,48 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// request is classified again as the caller.
 	utilflowcontrol.RequestDelegated(ctx)
 
-	h := proxy.NewUpgradeAwareHandler(&loc, u.transport, false, false, &responder{serializer: u.serializer})
+	rt := u.transport
+	if body != nil {
+		rt = closingTransport{rt: rt, body: body}
+	}
+	h := proxy.NewUpgradeAwareHandler(&loc, rt, false, false, &responder{serializer: u.serializer})
 	h.UpgradeTransport = u.upgrade
 	h.UseLocationHost = true
 	h.FlushInterval = -1 // watches and logs stream through unbuffered
 	h.RejectForwardingRedirects = true
 	h.ServeHTTP(w, out)
+}
+
+// closingTransport closes the caller's request body before the response's.
+// httputil.ReverseProxy gives the transport a request body whose Close does
+// nothing, and the HTTP/2 transport's response body Close waits until the
+// request body is written to its end. A caller that ends its body only once
+// the response has ended — kube-apiserver's aggregator, itself a proxy, when
+// kube-apiserver refuses a write before reading it — then waits for us as we
+// wait for it, until the client gives up. Closing the caller's body first
+// ends the write: kube-apiserver has answered and reads no more of it.
+type closingTransport struct {
+	rt   http.RoundTripper
+	body io.Closer
+}
+
+func (t closingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := t.rt.RoundTrip(req)
+	if err != nil || res.Body == nil {
+		return res, err
+	}
+	res.Body = &closeBodyFirst{ReadCloser: res.Body, body: t.body}
+	return res, nil
+}
+
+type closeBodyFirst struct {
+	io.ReadCloser
+	body io.Closer
+}
+
+func (c *closeBodyFirst) Close() error {
+	_ = c.body.Close()
+	return c.ReadCloser.Close()
 }
 
 // dropHopByHop deletes the headers the client named in Connection and
