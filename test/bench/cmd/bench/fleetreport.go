@@ -23,8 +23,12 @@ var wayColors = map[string]color.Color{
 
 func machineLine(res *Results) string {
 	m := res.Machine
-	return fmt.Sprintf("Machine: %d CPUs (%s), %.0f GiB, %s, kube-apiserver %s, load average at start %s (other sessions share the machine). "+
+	line := fmt.Sprintf("Machine: %d CPUs (%s), %.0f GiB, %s, kube-apiserver %s, load average at start %s (other sessions share the machine). "+
 		"The harness's clients run on the same cores.", m.CPUs, m.CPUModel, m.MemGiB, m.GoVersion, m.KubeAPIServer, m.LoadAvg)
+	if res.IndexFlags != "" {
+		line += fmt.Sprintf(" index-apiserver flags: `%s`.", res.IndexFlags)
+	}
+	return line
 }
 
 // fleetMarkdown is the section of a fleet run: per workload and size, the

@@ -154,6 +154,10 @@ type options struct {
 	fleetCreateRate   float64
 	fleetDuration     time.Duration
 	fleetMaxRSS       float64
+	// writeFloors: the Spark fleet first measures the write floor (and,
+	// with the direct way, the pass-through floor); off, the fleet's rows
+	// have no "who pays" split (shorter runs that compare one way).
+	writeFloors bool
 	// freshKube restarts kube-apiserver before each fleet way.
 	freshKube bool
 	// fromJSON re-renders the Markdown and PNG of an earlier run's JSON
@@ -218,6 +222,7 @@ func main() {
 	flag.Float64Var(&o.fleetCreateRate, "fleet-create-rate", 200, "fleet modes: pods created (and later deleted) per second")
 	flag.DurationVar(&o.fleetDuration, "fleet-duration", 30*time.Second, "fleet modes: steady window per way")
 	flag.Float64Var(&o.fleetMaxRSS, "fleet-max-rss-mib", 4096, "fleet modes: stop a way when either server's RSS passes this (it has fallen over; 0: never)")
+	flag.BoolVar(&o.writeFloors, "write-floors", true, "spark: measure the write floor and pass-through floor (status updates alone) before the fleet; false skips them (a shorter run, no \"who pays\" split)")
 	flag.BoolVar(&o.freshKube, "fresh-kube-apiserver", true, "fleet modes: restart kube-apiserver before each way (and write floor), so no way inherits another's heap")
 	flag.StringVar(&o.fromJSON, "from-json", "", "re-render the Markdown section and PNG of this earlier JSON result (pass the run's -mode and sizes flags too); no stack")
 	flag.StringVar(&satLabel, "sat-label-watchers", "1000,2000,5000,10000,20000", "saturate: label watcher counts (one app each)")
@@ -352,7 +357,7 @@ func run(ctx context.Context, o options) int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
-	res := &Results{Started: start.UTC(), Smoke: o.smoke, Machine: machine(), Parameters: o}
+	res := &Results{Started: start.UTC(), Smoke: o.smoke, Machine: machine(), IndexFlags: o.indexFlags, Parameters: o}
 	if o.fromJSON != "" {
 		b, err := os.ReadFile(o.fromJSON)
 		if err == nil {
@@ -403,8 +408,19 @@ func run(ctx context.Context, o options) int {
 	}
 	res.DurationS = time.Since(start).Seconds()
 	if ctx.Err() != nil {
-		// An interrupted run's partial tables would read as results.
-		fmt.Fprintln(os.Stderr, "bench: interrupted; nothing written")
+		// An interrupted run's partial tables would read as results: no
+		// Markdown. The JSON keeps what finished (each fleet way, each
+		// phase appended when done), marked interrupted, so that a run
+		// stopped by a time limit (a borrowed machine) still tells what it
+		// measured; -from-json renders it later.
+		res.Failures = append(res.Failures, fmt.Sprintf("interrupted after %v", time.Since(start).Round(time.Second)))
+		o.markdown = ""
+		if o.jsonOut != "" && !o.smoke {
+			if err := writeResults(o, res); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: writing the interrupted run's JSON:", err)
+			}
+		}
+		fmt.Fprintln(os.Stderr, "bench: interrupted; no Markdown written")
 		return 1
 	}
 	if err := writeResults(o, res); err != nil {
