@@ -49,8 +49,10 @@
 // (-sat-label-watchers) and shard watchers (-sat-shard-watchers) raised on
 // each server until it falls behind (saturate.go).
 //
-// It writes JSON (-json) and, unless -smoke, appends a Markdown section to
-// docs/benchmarks.md (-markdown) and a PNG next to the JSON. -smoke runs tiny
+// It writes JSON (-json) and, unless -smoke, adds a Markdown section to the
+// run archive docs/bench/archive.md, newest first (-markdown; the results
+// tables at the top of docs/benchmarks.md are written by hand from those
+// runs) and a PNG next to the JSON. -smoke runs tiny
 // sizes of the engine phases and of each fleet (kube and direct) in under a
 // minute and fails unless every watcher got exactly its events, every
 // client's view equals kube-apiserver's and both servers answer the same
@@ -197,7 +199,7 @@ func main() {
 	flag.IntVar(&o.patchRate, "patch-rate", 100, "pod patches per second during watch phases")
 	flag.DurationVar(&o.patchDuration, "patch-duration", 20*time.Second, "how long each watch phase patches")
 	flag.StringVar(&o.jsonOut, "json", "", "JSON results file (default docs/bench/<UTC timestamp>.json; smoke: _output/bench/smoke.json)")
-	flag.StringVar(&o.markdown, "markdown", "docs/benchmarks.md", "append a Markdown table here (empty: don't; never with -smoke)")
+	flag.StringVar(&o.markdown, "markdown", "docs/bench/archive.md", "add the run's Markdown section to this existing file: under its new-runs marker (the archive, newest first), else at its end (empty: don't; never with -smoke)")
 	flag.BoolVar(&o.keep, "keep", false, "leave the stack running (stop it with LOCAL_DIR=<dir> hack/local-down.sh)")
 	flag.StringVar(&o.indexFlags, "index-apiserver-flags", "", "extra index-apiserver flags (INDEX_APISERVER_FLAGS)")
 	flag.StringVar(&o.indexBinary, "index-apiserver-binary", "", "index-apiserver binary to run (default _output/bin/index-apiserver; another build for a before/after run)")
