@@ -23,8 +23,12 @@ var wayColors = map[string]color.Color{
 
 func machineLine(res *Results) string {
 	m := res.Machine
-	return fmt.Sprintf("Machine: %d CPUs (%s), %.0f GiB, %s, kube-apiserver %s, load average at start %s (other sessions share the machine). "+
+	line := fmt.Sprintf("Machine: %d CPUs (%s), %.0f GiB, %s, kube-apiserver %s, load average at start %s (other sessions share the machine). "+
 		"The harness's clients run on the same cores.", m.CPUs, m.CPUModel, m.MemGiB, m.GoVersion, m.KubeAPIServer, m.LoadAvg)
+	if res.IndexFlags != "" {
+		line += fmt.Sprintf(" index-apiserver flags: `%s`.", res.IndexFlags)
+	}
+	return line
 }
 
 // fleetMarkdown is the section of a fleet run: per workload and size, the
@@ -162,10 +166,13 @@ func whoPays(b *strings.Builder, res *Results) {
 			kubeWay[key{r.Workload, r.Size, r.PerClient}] = r
 		}
 	}
+	passCost := "not measured in this run (no pass-through floor)"
+	if cost > 0 {
+		passCost = fmt.Sprintf("at %.2f ms of its CPU per request passed through (the pass-through floor less the write floor, per request)", cost*1000)
+	}
 	fmt.Fprintf(b, "\nWho pays (steady window, CPU-s/min). The kubelet-like status updates go to kube-apiserver in every way; only the clients' own "+
 		"writes pass through the cluster proxy. Write floor (status updates alone at kube-apiserver): %s, scaled to each way's status update rate. index-apiserver's reads: its CPU less "+
-		"what it passed through, at %.2f ms of its CPU per request passed through (the pass-through floor less the write floor, per request). "+
-		"kube-apiserver's reads: its CPU less the write floor. Both: the two servers' CPU together.\n\n", floorText(floor), cost*1000)
+		"what it passed through, %s. kube-apiserver's reads: its CPU less the write floor. Both: the two servers' CPU together.\n\n", floorText(floor), passCost)
 	b.WriteString("| workload | size | way | kube-apiserver reads (ratio to all at kube-apiserver) | index-apiserver reads | passed through (steady) | index-apiserver reads / kube-apiserver's reads all at kube-apiserver | both servers (ratio) |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range res.Fleets {
 		if r.Size == 0 {

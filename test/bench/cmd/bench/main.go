@@ -49,8 +49,10 @@
 // (-sat-label-watchers) and shard watchers (-sat-shard-watchers) raised on
 // each server until it falls behind (saturate.go).
 //
-// It writes JSON (-json) and, unless -smoke, appends a Markdown section to
-// docs/benchmarks.md (-markdown) and a PNG next to the JSON. -smoke runs tiny
+// It writes JSON (-json) and, unless -smoke, adds a Markdown section to the
+// run archive docs/bench/archive.md, newest first (-markdown; the results
+// tables at the top of docs/benchmarks.md are written by hand from those
+// runs) and a PNG next to the JSON. -smoke runs tiny
 // sizes of the engine phases and of each fleet (kube and direct) in under a
 // minute and fails unless every watcher got exactly its events, every
 // client's view equals kube-apiserver's and both servers answer the same
@@ -154,6 +156,10 @@ type options struct {
 	fleetCreateRate   float64
 	fleetDuration     time.Duration
 	fleetMaxRSS       float64
+	// writeFloors: the Spark fleet first measures the write floor (and,
+	// with the direct way, the pass-through floor); off, the fleet's rows
+	// have no "who pays" split (shorter runs that compare one way).
+	writeFloors bool
 	// freshKube restarts kube-apiserver before each fleet way.
 	freshKube bool
 	// fromJSON re-renders the Markdown and PNG of an earlier run's JSON
@@ -193,7 +199,7 @@ func main() {
 	flag.IntVar(&o.patchRate, "patch-rate", 100, "pod patches per second during watch phases")
 	flag.DurationVar(&o.patchDuration, "patch-duration", 20*time.Second, "how long each watch phase patches")
 	flag.StringVar(&o.jsonOut, "json", "", "JSON results file (default docs/bench/<UTC timestamp>.json; smoke: _output/bench/smoke.json)")
-	flag.StringVar(&o.markdown, "markdown", "docs/benchmarks.md", "append a Markdown table here (empty: don't; never with -smoke)")
+	flag.StringVar(&o.markdown, "markdown", "docs/bench/archive.md", "add the run's Markdown section to this existing file: under its new-runs marker (the archive, newest first), else at its end (empty: don't; never with -smoke)")
 	flag.BoolVar(&o.keep, "keep", false, "leave the stack running (stop it with LOCAL_DIR=<dir> hack/local-down.sh)")
 	flag.StringVar(&o.indexFlags, "index-apiserver-flags", "", "extra index-apiserver flags (INDEX_APISERVER_FLAGS)")
 	flag.StringVar(&o.indexBinary, "index-apiserver-binary", "", "index-apiserver binary to run (default _output/bin/index-apiserver; another build for a before/after run)")
@@ -218,6 +224,7 @@ func main() {
 	flag.Float64Var(&o.fleetCreateRate, "fleet-create-rate", 200, "fleet modes: pods created (and later deleted) per second")
 	flag.DurationVar(&o.fleetDuration, "fleet-duration", 30*time.Second, "fleet modes: steady window per way")
 	flag.Float64Var(&o.fleetMaxRSS, "fleet-max-rss-mib", 4096, "fleet modes: stop a way when either server's RSS passes this (it has fallen over; 0: never)")
+	flag.BoolVar(&o.writeFloors, "write-floors", true, "spark: measure the write floor and pass-through floor (status updates alone) before the fleet; false skips them (a shorter run, no \"who pays\" split)")
 	flag.BoolVar(&o.freshKube, "fresh-kube-apiserver", true, "fleet modes: restart kube-apiserver before each way (and write floor), so no way inherits another's heap")
 	flag.StringVar(&o.fromJSON, "from-json", "", "re-render the Markdown section and PNG of this earlier JSON result (pass the run's -mode and sizes flags too); no stack")
 	flag.StringVar(&satLabel, "sat-label-watchers", "1000,2000,5000,10000,20000", "saturate: label watcher counts (one app each)")
@@ -352,7 +359,7 @@ func run(ctx context.Context, o options) int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 1
 	}
-	res := &Results{Started: start.UTC(), Smoke: o.smoke, Machine: machine(), Parameters: o}
+	res := &Results{Started: start.UTC(), Smoke: o.smoke, Machine: machine(), IndexFlags: o.indexFlags, Parameters: o}
 	if o.fromJSON != "" {
 		b, err := os.ReadFile(o.fromJSON)
 		if err == nil {
@@ -403,8 +410,19 @@ func run(ctx context.Context, o options) int {
 	}
 	res.DurationS = time.Since(start).Seconds()
 	if ctx.Err() != nil {
-		// An interrupted run's partial tables would read as results.
-		fmt.Fprintln(os.Stderr, "bench: interrupted; nothing written")
+		// An interrupted run's partial tables would read as results: no
+		// Markdown. The JSON keeps what finished (each fleet way, each
+		// phase appended when done), marked interrupted, so that a run
+		// stopped by a time limit (a borrowed machine) still tells what it
+		// measured; -from-json renders it later.
+		res.Failures = append(res.Failures, fmt.Sprintf("interrupted after %v", time.Since(start).Round(time.Second)))
+		o.markdown = ""
+		if o.jsonOut != "" && !o.smoke {
+			if err := writeResults(o, res); err != nil {
+				fmt.Fprintln(os.Stderr, "bench: writing the interrupted run's JSON:", err)
+			}
+		}
+		fmt.Fprintln(os.Stderr, "bench: interrupted; no Markdown written")
 		return 1
 	}
 	if err := writeResults(o, res); err != nil {

@@ -73,11 +73,6 @@ func writeResults(o options, res *Results) error {
 		return filepath.ToSlash(path)
 	}
 	rel := relative(png)
-	f, err := os.OpenFile(o.markdown, os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
 	md := ""
 	switch o.mode {
 	case "engine":
@@ -90,12 +85,33 @@ func writeResults(o options, res *Results) error {
 	default:
 		md = fleetMarkdown(res, o, out, rel)
 	}
-	_, err = f.WriteString(md)
+	if err := addSection(o.markdown, md); err != nil {
+		return err
+	}
+	logf("added a section to %s", o.markdown)
+	return nil
+}
+
+// newRunsMarker is the line of the run archive (docs/bench/archive.md) under
+// which a run's section goes, so that the archive reads newest first.
+const newRunsMarker = "<!-- bench: new runs go below this line, newest first -->"
+
+// addSection puts a run's Markdown section (starting with a blank line) into
+// the file: right under newRunsMarker where the file has it, else at its end
+// (a file of one's own, e.g. -markdown $OUT/bench.md). The file must exist.
+func addSection(path, md string) error {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	logf("appended a table to %s", o.markdown)
-	return nil
+	s := string(b)
+	if i := strings.Index(s, newRunsMarker+"\n"); i >= 0 {
+		at := i + len(newRunsMarker) + 1
+		s = s[:at] + md + s[at:]
+	} else {
+		s += md
+	}
+	return os.WriteFile(path, []byte(s), 0o644)
 }
 
 func ratio(ours, theirs float64) string {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +177,36 @@ func TestStackLiftsWatchLimits(t *testing.T) {
 	got := strings.Join(indexAPIServerArgs(options{indexFlags: "--v=2"}), " ")
 	if want := "--max-watches-per-user=0 --max-watches=0 --v=2"; got != want {
 		t.Errorf("index-apiserver flags %q, want %q", got, want)
+	}
+}
+
+func TestAddSectionNewestFirst(t *testing.T) {
+	dir := t.TempDir()
+	archive := filepath.Join(dir, "archive.md")
+	if err := os.WriteFile(archive, []byte("# Runs\n\nintro\n\n"+newRunsMarker+"\n\n### Run 1\n\nold\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"2", "3"} {
+		if err := addSection(archive, "\n### Run "+n+"\n\nnew\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(archive)
+	want := "# Runs\n\nintro\n\n" + newRunsMarker + "\n\n### Run 3\n\nnew\n\n### Run 2\n\nnew\n\n### Run 1\n\nold\n"
+	if string(b) != want {
+		t.Errorf("archive:\n%s\nwant:\n%s", b, want)
+	}
+	// A file without the marker (a run's own, e.g. $OUT/bench.md) is appended to.
+	own := filepath.Join(dir, "bench.md")
+	if err := os.WriteFile(own, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"1", "2"} {
+		if err := addSection(own, "\n### Run "+n+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, _ := os.ReadFile(own); string(b) != "\n### Run 1\n\n### Run 2\n" {
+		t.Errorf("own file: %q", b)
 	}
 }

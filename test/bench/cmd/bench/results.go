@@ -26,9 +26,12 @@ type Results struct {
 	PodJSONBytesIndex int `json:"podJSONBytesIndexAPIServer,omitempty"`
 	// The saturation sweep (-mode saturate).
 	Saturation []SaturationStep `json:"saturation,omitempty"`
-	Failures   []string         `json:"failures,omitempty"`
-	DurationS  float64          `json:"durationSeconds"`
-	Parameters options          `json:"-"`
+	// IndexFlags: the run's -index-apiserver-flags (e.g.
+	// --consistent-read-revision-interval=5ms), empty for the defaults.
+	IndexFlags string   `json:"indexAPIServerFlags,omitempty"`
+	Failures   []string `json:"failures,omitempty"`
+	DurationS  float64  `json:"durationSeconds"`
+	Parameters options  `json:"-"`
 }
 
 type Machine struct {

@@ -64,7 +64,7 @@ func sparkFleet(ctx context.Context, s *stackInfo, o options, res *Results) erro
 	res.FleetBackground += maxN
 	// The write floor: the same status updates with no readers at all.
 	for _, way := range o.ways {
-		if way != wayKube && way != wayDirect || o.smoke {
+		if way != wayKube && way != wayDirect || o.smoke || !o.writeFloors {
 			continue
 		}
 		if o.freshKube {
