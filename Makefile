@@ -99,7 +99,7 @@ soak: binaries build
 
 ## bench: side-by-side benchmark against kube-apiserver (test/bench/cmd/bench; 50k pods, 3 rounds by
 ##        default, about 25 minutes; BENCH_FLAGS="-apps 500 -repeat 1" for a quick 10k-pod run);
-##        JSON and PNG in docs/bench/, table in docs/benchmarks.md
+##        JSON and PNG in docs/bench/, the run's tables in docs/bench/archive.md (newest first; docs/benchmarks.md holds the results)
 BENCH_FLAGS ?=
 bench: binaries build
 	go run ./test/bench/cmd/bench $(BENCH_FLAGS)
