@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/filters"
@@ -447,5 +448,32 @@ func TestRefusedWriteWithUnfinishedBodyEnds(t *testing.T) {
 			t.Errorf("try %d: %d %s, want kube-apiserver's 403", i, rec.Code, rec.Body)
 		}
 		pw.Close()
+	}
+}
+
+// TestPassthroughHasOneAuditID: kube-apiserver is sent this server's audit
+// ID (its audit log then shares it) and the client gets one Audit-Id, not
+// kube-apiserver's added to this server's.
+func TestPassthroughHasOneAuditID(t *testing.T) {
+	var sent string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent = r.Header.Get("Audit-Id")
+		w.Header().Set("Audit-Id", "kube-apiserver-"+sent)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer upstream.Close()
+	up, err := NewUpstream(&rest.Config{Host: upstream.URL}, nil, codecs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{Upstream: up})
+	req := httptest.NewRequest("GET", Prefix+"/api/v1/namespaces/x/configmaps", nil)
+	ctx := audit.WithAuditContext(request.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+	audit.WithAuditID(ctx, "id-1")
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Audit-Id", "id-1") // as the audit filter sets it
+	chain(h, &fakeAuthorizer{}).ServeHTTP(rec, req.WithContext(ctx))
+	if sent != "id-1" || strings.Join(rec.Header().Values("Audit-Id"), ",") != "id-1" {
+		t.Errorf("kube-apiserver was sent Audit-Id %q; the client got %q; want id-1 and id-1 alone", sent, rec.Header().Values("Audit-Id"))
 	}
 }
