@@ -289,38 +289,53 @@ func TestClusterProxyFlowSchemas(t *testing.T) {
 		}
 	}
 
-	// A flood of the account's reads at the tiny level: some refused with
-	// priority and fairness's 429, while another user's reads are served.
-	flood := httpClientFor(t, direct)
-	readerCfg := eps[0].config(t, reader)
-	readerHTTP := httpClientFor(t, readerCfg)
-	var mu sync.Mutex
-	codes := map[int]int{}
-	var wg sync.WaitGroup
-	for i := 0; i < 300; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			url := direct.Host + p + "/api/v1/pods?resourceVersion=0"
-			if i%5 == 0 {
-				url = direct.Host + watch
+	// A flood of the account's reads at the tiny level, at each entry point:
+	// index-apiserver refuses some with priority and fairness's 429 under
+	// this FlowSchema, while another user's reads are served.
+	rejected := func() float64 {
+		var n float64
+		for k, v := range scrapeAt(t, base) {
+			if strings.HasPrefix(k, "apiserver_flowcontrol_rejected_requests_total{") && strings.Contains(k, `flow_schema="`+schema+`"`) {
+				n += v
 			}
-			code, _ := get(flood, url)
-			mu.Lock()
-			codes[code]++
-			mu.Unlock()
-		}(i)
-	}
-	for i := 0; i < 20; i++ {
-		if code, body := get(readerHTTP, readerCfg.Host+list); code != http.StatusOK {
-			t.Errorf("another user's LIST during the flood: %d %s", code, body)
 		}
+		return n
 	}
-	wg.Wait()
-	if codes[http.StatusTooManyRequests] == 0 {
-		t.Errorf("a flood of 300 reads at a one-seat level: %v, want some 429", codes)
+	for _, ep := range eps {
+		cfg := ep.config(t, flooder)
+		flood := httpClientFor(t, cfg)
+		readerCfg := ep.config(t, reader)
+		readerHTTP := httpClientFor(t, readerCfg)
+		before := rejected()
+		var mu sync.Mutex
+		codes := map[int]int{}
+		var wg sync.WaitGroup
+		for i := 0; i < 300; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				url := cfg.Host + p + "/api/v1/pods?resourceVersion=0"
+				if i%5 == 0 {
+					url = cfg.Host + watch
+				}
+				code, _ := get(flood, url)
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+			}(i)
+		}
+		for i := 0; i < 20; i++ {
+			if code, body := get(readerHTTP, readerCfg.Host+list); code != http.StatusOK {
+				t.Errorf("%s: another user's LIST during the flood: %d %s", ep.name, code, body)
+			}
+		}
+		wg.Wait()
+		got := rejected() - before
+		if codes[http.StatusTooManyRequests] == 0 || got == 0 {
+			t.Errorf("%s: a flood of 300 reads at a one-seat level: %v, %v rejected by index-apiserver under the FlowSchema; want some 429 from it", ep.name, codes, got)
+		}
+		t.Logf("%s: the flood's answers by code: %v; %v rejected by index-apiserver under %s", ep.name, codes, got, schema)
 	}
-	t.Logf("the flood's answers by code: %v", codes)
 }
 
 // TestClusterProxyAuditAndRouting: index-apiserver's audit events for a
