@@ -765,8 +765,9 @@ func TestKueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	// kube-apiserver's discovery lists a CRD a moment after it is
-	// Established; a policy written before then is refused (no such
-	// resource) and index-apiserver does not look again by itself.
+	// Established; a policy written before then gets Ready=False (no such
+	// resource) until index-apiserver's next periodic sync
+	// (--index-policy-status-interval, 30s), longer than waitPolicy waits.
 	eventually(t, time.Minute, func() error {
 		l, err := admin.kube.Discovery().ServerResourcesForGroupVersion("kueue.x-k8s.io/v1beta2")
 		if err != nil {
