@@ -11,6 +11,10 @@
 #                                both on Maven Central); prints its classpath
 #   clients.sh kube-state-metrics  k8s.io/kube-state-metrics/v2 at KSM_VERSION (v2.20.0), unmodified,
 #                                built from the Go module proxy into _output/bin; prints its path
+#   clients.sh kueue             sigs.k8s.io/kueue at KUEUE_VERSION (v0.17.0), its controller manager
+#                                (cmd/kueue) unmodified, built from the Go module proxy into
+#                                _output/bin; prints its path, then the module's source directory in
+#                                the Go module cache (its CRDs: config/components/crd/bases)
 #   clients.sh python            hack/lib/python-client.sh: the official `kubernetes` client from
 #                                PyPI (test/clients/python/requirements.txt) in a venv under
 #                                _output/python; prints its python
@@ -54,15 +58,29 @@ kube_state_metrics() {
   echo "$OUT/bin/kube-state-metrics"
 }
 
+# kueue builds Kueue's controller manager with hack/lib/go-tool.sh (the version is the cache key)
+# and prints its path and the module's directory (go mod download puts it back in the module cache
+# when the binary is cached and the module cache is not). Its version stamp is the one its own
+# Makefile sets.
+kueue() {
+  local version=${KUEUE_VERSION:-v0.17.0}
+  build_go_tool kueue sigs.k8s.io/kueue "$version" sigs.k8s.io/kueue/cmd/kueue \
+    -ldflags "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$version"
+  echo "$OUT/bin/kueue"
+  (cd "$OUT/build/kueue" 2>/dev/null || cd "$ROOT"; GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kueue@$version") |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   case "${1:-}" in
   fabric8) maven_module fabric8 fabric8.version "$2" ;;
   client-java) maven_module client-java client-java.version "${CLIENT_JAVA_VERSION:-27.0.0}" ;;
   spark) maven_module spark spark.version "${SPARK_VERSION:-4.1.1}" ;;
   kube-state-metrics) kube_state_metrics ;;
+  kueue) kueue ;;
   python) exec "$ROOT/hack/lib/python-client.sh" ;;
   *)
-    echo "usage: $0 fabric8 VERSION | client-java | spark | kube-state-metrics | python" >&2
+    echo "usage: $0 fabric8 VERSION | client-java | spark | kube-state-metrics | kueue | python" >&2
     exit 2
     ;;
   esac
