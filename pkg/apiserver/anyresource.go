@@ -20,8 +20,10 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/klog/v2"
 
+	"github.com/index-apiserver/index-apiserver/pkg/cachebudget"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
 	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
@@ -40,9 +42,21 @@ type anyCaches struct {
 	minTimeout time.Duration
 	registry   *anyresource.Registry
 
+	budget         cachebudget.Budget
+	budgetInterval time.Duration
+	// onChange asks the policy controller to sync: a cache stopped or
+	// changed without a policy change (budget, CRD).
+	onChange func()
+
 	mu      sync.Mutex
 	mapper  *restmapper.DeferredDiscoveryRESTMapper
 	running map[string]*anyCache // by the resource as policies spell it
+	// overBudget: wanted resources without a cache because of the budget;
+	// passed: what those stopped for growing past it held then.
+	overBudget map[string]bool
+	passed     map[string]int64
+	// held is what the running caches held when last measured.
+	held int64
 }
 
 // anyCache is one running cache with its feed.
@@ -52,16 +66,23 @@ type anyCache struct {
 	feed   *upstream.Feed
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the feed, the cache and the registration waiter have returned
+	// started orders the caches for the bytes budget: the newest gives way.
+	started time.Time
 }
 
 var _ policy.Caches = &anyCaches{}
 
-func newAnyCaches(kube, read kubernetes.Interface, crds apiextensionsclient.Interface, tuning CacheConfig, minTimeout time.Duration, registry *anyresource.Registry) *anyCaches {
-	return &anyCaches{
+func newAnyCaches(kube, read kubernetes.Interface, crds apiextensionsclient.Interface, tuning CacheConfig, budget cachebudget.Budget, minTimeout time.Duration, registry *anyresource.Registry) *anyCaches {
+	a := &anyCaches{
 		kube: kube, read: read, crds: crds, tuning: tuning, minTimeout: minTimeout, registry: registry,
-		mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
-		running: map[string]*anyCache{},
+		budget: budget, budgetInterval: defaultBudgetInterval, onChange: func() {},
+		mapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
+		running:    map[string]*anyCache{},
+		overBudget: map[string]bool{},
+		passed:     map[string]int64{},
 	}
+	a.publishBudgetLocked()
+	return a
 }
 
 // Ensure returns the cache of resource, starting it first. A cache whose
@@ -82,11 +103,15 @@ func (a *anyCaches) Ensure(ctx context.Context, resource string) (policy.IndexSe
 	if err != nil {
 		return nil, err
 	}
+	if err := a.admit(ctx, resource, res); err != nil {
+		return nil, err
+	}
 	c, err := a.start(ctx, res)
 	if err != nil {
 		return nil, err
 	}
 	a.running[resource] = c
+	a.publishBudgetLocked()
 	klog.FromContext(ctx).Info("Started the cache of a resource an IndexPolicy names", "resource", resource, "gvr", res.GVR.String(), "namespaced", res.Namespaced, "selectableFields", res.Fields)
 	return c.cache, nil
 }
@@ -102,19 +127,40 @@ func feedError(res anyresource.Resource, err error) error {
 func (a *anyCaches) Retain(keep map[string]bool) {
 	a.mu.Lock()
 	var stopped []*anyCache
-	for name, c := range a.running {
+	for name := range a.running {
 		if keep[name] {
 			continue
 		}
-		delete(a.running, name)
-		a.registry.Remove(c.res.GVR)
-		c.cancel()
-		stopped = append(stopped, c)
+		stopped = append(stopped, a.stopLocked(name))
 		klog.InfoS("Stopping the cache of a resource no IndexPolicy names any more", "resource", name)
 	}
+	for name := range a.overBudget {
+		if !keep[name] {
+			delete(a.overBudget, name)
+			delete(a.passed, name)
+		}
+	}
+	a.publishBudgetLocked()
 	a.mu.Unlock()
+	waitStopped(stopped)
+}
+
+// stopLocked takes the cache of resource out of service and cancels it;
+// waitStopped waits for it.
+func (a *anyCaches) stopLocked(resource string) *anyCache {
+	c := a.running[resource]
+	delete(a.running, resource)
+	a.registry.Remove(c.res.GVR)
+	c.cancel()
+	return c
+}
+
+// waitStopped waits for the goroutines of stopped caches, then deletes
+// their metric series: a stopped cache leaves nothing behind.
+func waitStopped(stopped []*anyCache) {
 	for _, c := range stopped {
 		<-c.done
+		metrics.DeleteResource(c.res.GVR.GroupResource().String())
 	}
 }
 
@@ -236,7 +282,7 @@ func (a *anyCaches) start(ctx context.Context, res anyresource.Resource) (*anyCa
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	c := &anyCache{res: res, cache: cache, feed: feed, cancel: cancel, done: make(chan struct{})}
+	c := &anyCache{res: res, cache: cache, feed: feed, cancel: cancel, done: make(chan struct{}), started: time.Now()}
 	var wg sync.WaitGroup
 	wg.Go(func() { cache.Run(runCtx.Done()) })
 	wg.Go(func() { feed.Run(runCtx) })

@@ -19,6 +19,7 @@ import (
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
+	"github.com/index-apiserver/index-apiserver/pkg/cachebudget"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
@@ -55,6 +56,8 @@ type ExtraConfig struct {
 	// kube-apiserver's priority and fairness bounds them.
 	ReadClient kubernetes.Interface
 	Cache      CacheConfig
+	// Budget caps the caches that IndexPolicies start beyond pods and nodes.
+	Budget cachebudget.Budget
 	// Policy configures the IndexPolicy controller (see policy.go); nil disables it.
 	Policy *policy.Options
 	// PolicyClientConfig reaches kube-apiserver for IndexPolicies and the leader-election Lease.

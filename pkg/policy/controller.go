@@ -55,7 +55,9 @@ var _ IndexSetter = &indexcache.Cache{}
 type Caches interface {
 	// Ensure returns the running cache of resource (as a policy spells it),
 	// starting it first if needed; an error says why it cannot run
-	// (unknown resource, not readable by this server, over a cap).
+	// (unknown resource, not readable by this server, over a cap). An
+	// error with a Reason() string method gives the Ready condition its
+	// reason; others read CacheNotRunning.
 	Ensure(ctx context.Context, resource string) (IndexSetter, error)
 	// Retain stops every cache started by Ensure whose resource keep lacks.
 	Retain(keep map[string]bool)
@@ -178,6 +180,10 @@ func New(cfg Config) (*Controller, error) {
 	}
 	return c, nil
 }
+
+// Resync asks for a sync soon: a cache changed without a policy change
+// (stopped for the budget, its resource's definition changed).
+func (c *Controller) Resync() { c.queue.Add(syncKey) }
 
 // IsLeader tells whether this replica currently writes status.
 func (c *Controller) IsLeader() bool { return c.leader.Load() }

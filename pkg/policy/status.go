@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -64,8 +65,12 @@ func desiredStatus(p *configv1alpha1.IndexPolicy, d Decision, states map[string]
 	}
 	switch {
 	case st.startErr != nil:
-		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonCacheNotRunning,
-			fmt.Sprintf("no cache of %s: %v", res, st.startErr))
+		reason := configv1alpha1.ReasonCacheNotRunning
+		var r interface{ Reason() string }
+		if errors.As(st.startErr, &r) {
+			reason = r.Reason()
+		}
+		set(configv1alpha1.ConditionReady, false, reason, fmt.Sprintf("no cache of %s: %v", res, st.startErr))
 		return out
 	case st.syncing:
 		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonPending,
