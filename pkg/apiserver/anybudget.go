@@ -114,7 +114,7 @@ func (a *anyCaches) enforceBudget(ctx context.Context) {
 	}
 	a.publishBudgetLocked()
 	a.mu.Unlock()
-	waitStopped(stopped)
+	a.waitStopped(stopped)
 	if len(stopped) > 0 {
 		a.onChange()
 	}
