@@ -85,7 +85,9 @@ func TestAnyResourceCRDLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	const crdName = "gadgets.e2e.example.com"
-	t.Cleanup(func() { _ = crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crdName, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crdName, metav1.DeleteOptions{})
+	})
 	ns := "anyresource-crd"
 	_, _ = admin.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	v1 := schema.GroupVersionResource{Group: "e2e.example.com", Version: "v1", Resource: "gadgets"}
