@@ -26,6 +26,7 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
 	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/advice"
 	"github.com/index-apiserver/index-apiserver/pkg/upstream"
 )
 
@@ -347,4 +348,15 @@ func (a *anyCaches) start(ctx context.Context, name string, res anyresource.Reso
 		close(c.done)
 	}()
 	return c, nil
+}
+
+// adviceSources are the running caches' index advice, by resource.
+func (a *anyCaches) adviceSources() map[string]advice.Source {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]advice.Source, len(a.running))
+	for name, c := range a.running {
+		out[name] = c.cache
+	}
+	return out
 }

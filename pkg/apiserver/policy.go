@@ -50,6 +50,7 @@ func (c CompletedConfig) installPolicyController(s *Server) error {
 		dynamic = newAnyCaches(c.ExtraConfig.KubeClient, c.ExtraConfig.ReadClient, crds, c.ExtraConfig.Cache, c.ExtraConfig.Budget,
 			time.Duration(c.GenericConfig.MinRequestTimeout)*time.Second, s.anyResources)
 		cfg.Dynamic = dynamic
+		s.dynamic = dynamic
 	}
 	ctrl, err := policy.New(cfg)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -137,10 +138,17 @@ func TestAnyResourceBudgets(t *testing.T) {
 	ns := "anyresource-budget"
 	_, _ = admin.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	kinds := map[string]string{"ballasts": "Ballast", "pebbles": "Pebble", "boulders": "Boulder"}
+	crds, err := apiextensionsclient.NewForConfig(adminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for plural, kind := range kinds {
 		if err := stack.ApplyYAML(ctx, []byte(blobCRD(plural, kind))); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			_ = crds.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), plural+".e2e.example.com", metav1.DeleteOptions{})
+		})
 	}
 	blob := strings.Repeat("x", 50_000)
 	mk := func(plural, name string, size int) {
