@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,11 +19,14 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/klog/v2"
 
+	"github.com/index-apiserver/index-apiserver/pkg/cachebudget"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
 	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/advice"
 	"github.com/index-apiserver/index-apiserver/pkg/upstream"
 )
 
@@ -40,28 +42,61 @@ type anyCaches struct {
 	minTimeout time.Duration
 	registry   *anyresource.Registry
 
+	budget         cachebudget.Budget
+	budgetInterval time.Duration
+	// onChange asks the policy controller to sync: a cache stopped or
+	// changed without a policy change (budget, CRD).
+	onChange func()
+
 	mu      sync.Mutex
 	mapper  *restmapper.DeferredDiscoveryRESTMapper
 	running map[string]*anyCache // by the resource as policies spell it
+	// overBudget: wanted resources without a cache because of the budget;
+	// passed: what those stopped for growing past it held then.
+	overBudget map[string]bool
+	passed     map[string]int64
+	// held is what the running caches held when last measured.
+	held int64
+	// stopping: caches stopped whose goroutines may not have returned yet.
+	stopping map[string]*anyCache
+	// gone: why a resource's definition went (its CRD deleted); notes: why
+	// a resource's cache is being started again (its CRD changed).
+	gone, notes map[string]string
 }
 
 // anyCache is one running cache with its feed.
 type anyCache struct {
+	name   string // the resource as policies spell it
 	res    anyresource.Resource
 	cache  *indexcache.Cache
 	feed   *upstream.Feed
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the feed, the cache and the registration waiter have returned
+	// started orders the caches for the bytes budget: the newest gives way.
+	started time.Time
+	// note says why it was started again, for its policies' status.
+	note string
+	// released is closed once a stopped cache's goroutines have returned and
+	// its metric series are deleted.
+	released chan struct{}
 }
 
 var _ policy.Caches = &anyCaches{}
 
-func newAnyCaches(kube, read kubernetes.Interface, crds apiextensionsclient.Interface, tuning CacheConfig, minTimeout time.Duration, registry *anyresource.Registry) *anyCaches {
-	return &anyCaches{
+func newAnyCaches(kube, read kubernetes.Interface, crds apiextensionsclient.Interface, tuning CacheConfig, budget cachebudget.Budget, minTimeout time.Duration, registry *anyresource.Registry) *anyCaches {
+	a := &anyCaches{
 		kube: kube, read: read, crds: crds, tuning: tuning, minTimeout: minTimeout, registry: registry,
-		mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
-		running: map[string]*anyCache{},
+		budget: budget, budgetInterval: defaultBudgetInterval, onChange: func() {},
+		mapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
+		running:    map[string]*anyCache{},
+		overBudget: map[string]bool{},
+		passed:     map[string]int64{},
+		stopping:   map[string]*anyCache{},
+		gone:       map[string]string{},
+		notes:      map[string]string{},
 	}
+	a.publishBudgetLocked()
+	return a
 }
 
 // Ensure returns the cache of resource, starting it first. A cache whose
@@ -70,26 +105,52 @@ func newAnyCaches(kube, read kubernetes.Interface, crds apiextensionsclient.Inte
 func (a *anyCaches) Ensure(ctx context.Context, resource string) (policy.IndexSetter, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// A cache of the resource still stopping must be gone first: its
+	// goroutines and metric series would mix with the new one's.
+	for prev := a.stopping[resource]; prev != nil; prev = a.stopping[resource] {
+		a.mu.Unlock()
+		<-prev.released
+		a.mu.Lock()
+	}
 	if c, ok := a.running[resource]; ok {
 		if !c.cache.HasSynced() {
 			if err := c.feed.LastError(); err != nil {
 				return nil, feedError(c.res, err)
 			}
 		}
-		return c.cache, nil
+		return noted{c.cache, c.note}, nil
 	}
 	res, err := a.resolve(ctx, resource)
 	if err != nil {
 		return nil, err
 	}
-	c, err := a.start(ctx, res)
+	if err := a.mayRead(ctx, res); err != nil {
+		return nil, err
+	}
+	if err := a.admit(ctx, resource, res); err != nil {
+		return nil, err
+	}
+	c, err := a.start(ctx, resource, res)
 	if err != nil {
 		return nil, err
 	}
+	c.note = a.notes[resource]
+	delete(a.notes, resource)
+	delete(a.gone, resource)
 	a.running[resource] = c
-	klog.FromContext(ctx).Info("Started the cache of a resource an IndexPolicy names", "resource", resource, "gvr", res.GVR.String(), "namespaced", res.Namespaced, "selectableFields", res.Fields)
-	return c.cache, nil
+	a.publishBudgetLocked()
+	klog.FromContext(ctx).Info("Started the cache of a resource an IndexPolicy names", "resource", resource, "gvr", res.GVR.String(), "namespaced", res.Namespaced, "selectableFields", res.Fields, "note", c.note)
+	return noted{c.cache, c.note}, nil
 }
+
+// noted is a running cache as the policy controller sees it, with why it
+// was started again (its Note), if it was.
+type noted struct {
+	*indexcache.Cache
+	note string
+}
+
+func (n noted) Note() string { return n.note }
 
 func feedError(res anyresource.Resource, err error) error {
 	if apierrors.IsForbidden(err) {
@@ -102,32 +163,84 @@ func feedError(res anyresource.Resource, err error) error {
 func (a *anyCaches) Retain(keep map[string]bool) {
 	a.mu.Lock()
 	var stopped []*anyCache
-	for name, c := range a.running {
+	for name := range a.running {
 		if keep[name] {
 			continue
 		}
-		delete(a.running, name)
-		a.registry.Remove(c.res.GVR)
-		c.cancel()
-		stopped = append(stopped, c)
+		stopped = append(stopped, a.stopLocked(name))
 		klog.InfoS("Stopping the cache of a resource no IndexPolicy names any more", "resource", name)
 	}
+	for name := range a.overBudget {
+		if !keep[name] {
+			delete(a.overBudget, name)
+			delete(a.passed, name)
+		}
+	}
+	for _, m := range []map[string]string{a.gone, a.notes} {
+		for name := range m {
+			if !keep[name] {
+				delete(m, name)
+			}
+		}
+	}
+	a.publishBudgetLocked()
 	a.mu.Unlock()
+	a.waitStopped(stopped)
+}
+
+// stopLocked takes the cache of resource out of service and cancels it;
+// waitStopped waits for it.
+func (a *anyCaches) stopLocked(resource string) *anyCache {
+	c := a.running[resource]
+	delete(a.running, resource)
+	a.registry.Remove(c.res.GVR)
+	c.cancel()
+	a.stopping[resource] = c
+	return c
+}
+
+// waitStopped waits for the goroutines of stopped caches, then deletes
+// their metric series: a stopped cache leaves nothing behind.
+func (a *anyCaches) waitStopped(stopped []*anyCache) {
 	for _, c := range stopped {
 		<-c.done
+		metrics.DeleteResource(c.res.GVR.GroupResource().String())
+		a.mu.Lock()
+		if a.stopping[c.name] == c {
+			delete(a.stopping, c.name)
+		}
+		a.mu.Unlock()
+		close(c.released)
 	}
 }
 
 // resolve finds the group, version and resource kubectl would read for
-// resource, and how to serve it.
+// resource, and how to serve it. A custom resource is read from its
+// CustomResourceDefinition (resourceFromCRD), which is current when
+// discovery may not be yet; other resources from discovery.
 func (a *anyCaches) resolve(ctx context.Context, resource string) (anyresource.Resource, error) {
 	gr := schema.ParseGroupResource(resource)
+	if gr.Group != "" && a.crds != nil {
+		crd, err := a.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, gr.String(), metav1.GetOptions{})
+		switch {
+		case err == nil:
+			return resourceFromCRD(crd)
+		case !apierrors.IsNotFound(err):
+			return anyresource.Resource{}, fmt.Errorf("reading the CustomResourceDefinition of %s: %w", gr, err)
+		case a.gone[resource] != "":
+			// Discovery may still list it for a moment.
+			return anyresource.Resource{}, fmt.Errorf("kube-apiserver serves no resource %q: %s", resource, a.gone[resource])
+		}
+	}
 	gvr, err := a.mapper.ResourceFor(gr.WithVersion(""))
 	if meta.IsNoMatchError(err) {
-		a.mapper.Reset() // a CRD created since discovery was read
+		a.mapper.Reset() // a resource added since discovery was read
 		gvr, err = a.mapper.ResourceFor(gr.WithVersion(""))
 	}
 	if err != nil {
+		if note := a.gone[resource]; note != "" {
+			return anyresource.Resource{}, fmt.Errorf("kube-apiserver serves no resource %q: %s", resource, note)
+		}
 		return anyresource.Resource{}, fmt.Errorf("kube-apiserver serves no resource %q: %w", resource, err)
 	}
 	if gvr.Resource != gr.Resource || gvr.Group != gr.Group {
@@ -141,46 +254,18 @@ func (a *anyCaches) resolve(ctx context.Context, resource string) (anyresource.R
 	if err != nil {
 		return anyresource.Resource{}, err
 	}
-	res := anyresource.Resource{
+	return anyresource.Resource{
 		GVR:        gvr,
 		Kind:       gvk.Kind,
 		ListKind:   gvk.Kind + "List",
 		Singular:   strings.ToLower(gvk.Kind),
 		Namespaced: mapping.Scope.Name() == meta.RESTScopeNameNamespace,
-	}
-	if gvr.Group == "" || a.crds == nil {
-		return res, nil
-	}
-	crd, err := a.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, gvr.GroupResource().String(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return res, nil // a built-in or an aggregated API's resource
-	}
-	if err != nil {
-		return anyresource.Resource{}, fmt.Errorf("reading the CustomResourceDefinition of %s: %w", gvr.GroupResource(), err)
-	}
-	res.Custom = true
-	res.ListKind = crd.Spec.Names.ListKind
-	if crd.Spec.Names.Singular != "" {
-		res.Singular = crd.Spec.Names.Singular
-	}
-	for _, v := range crd.Spec.Versions {
-		if v.Name != gvr.Version {
-			continue
-		}
-		res.Columns = v.AdditionalPrinterColumns
-		if res.Columns == nil {
-			res.Columns = []apiextensionsv1.CustomResourceColumnDefinition{}
-		}
-		for _, f := range v.SelectableFields {
-			res.Fields = append(res.Fields, strings.TrimPrefix(f.JSONPath, "."))
-		}
-	}
-	return res, nil
+	}, nil
 }
 
 // start builds the cache, feed and reader of res and starts them; the
 // resource is served under the cluster proxy once the cache has synced.
-func (a *anyCaches) start(ctx context.Context, res anyresource.Resource) (*anyCache, error) {
+func (a *anyCaches) start(ctx context.Context, name string, res anyresource.Resource) (*anyCache, error) {
 	fields := map[string]func(*rawobject.Object) []string{
 		"metadata.name": func(o *rawobject.Object) []string { return []string{o.Name} },
 	}
@@ -236,10 +321,13 @@ func (a *anyCaches) start(ctx context.Context, res anyresource.Resource) (*anyCa
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	c := &anyCache{res: res, cache: cache, feed: feed, cancel: cancel, done: make(chan struct{})}
+	c := &anyCache{name: name, res: res, cache: cache, feed: feed, cancel: cancel, done: make(chan struct{}), started: time.Now(), released: make(chan struct{})}
 	var wg sync.WaitGroup
 	wg.Go(func() { cache.Run(runCtx.Done()) })
 	wg.Go(func() { feed.Run(runCtx) })
+	if res.Custom && a.crds != nil {
+		wg.Go(func() { a.watchCRD(name, c, runCtx.Done()) })
+	}
 	wg.Go(func() {
 		// Serve from the cache once it has synced; until then reads pass through.
 		for !cache.HasSynced() {
@@ -260,4 +348,15 @@ func (a *anyCaches) start(ctx context.Context, res anyresource.Resource) (*anyCa
 		close(c.done)
 	}()
 	return c, nil
+}
+
+// adviceSources are the running caches' index advice, by resource.
+func (a *anyCaches) adviceSources() map[string]advice.Source {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]advice.Source, len(a.running))
+	for name, c := range a.running {
+		out[name] = c.cache
+	}
+	return out
 }

@@ -19,8 +19,10 @@ import (
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
+	"github.com/index-apiserver/index-apiserver/pkg/cachebudget"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/passadvice"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
@@ -55,6 +57,8 @@ type ExtraConfig struct {
 	// kube-apiserver's priority and fairness bounds them.
 	ReadClient kubernetes.Interface
 	Cache      CacheConfig
+	// Budget caps the caches that IndexPolicies start beyond pods and nodes.
+	Budget cachebudget.Budget
 	// Policy configures the IndexPolicy controller (see policy.go); nil disables it.
 	Policy *policy.Options
 	// PolicyClientConfig reaches kube-apiserver for IndexPolicies and the leader-election Lease.
@@ -105,6 +109,11 @@ type Server struct {
 	// anyResources serves the resources IndexPolicies name beyond pods and
 	// nodes under the cluster proxy; empty without it.
 	anyResources *anyresource.Registry
+	// dynamic runs their caches (nil without the cluster proxy or the
+	// policy controller); passed keeps the index advice of the resources
+	// read under the prefix without a cache.
+	dynamic *anyCaches
+	passed  *passadvice.Recorder
 }
 
 // mirror is one served resource: its cache, the feed that fills it, and
@@ -119,6 +128,9 @@ type mirror struct {
 // /readyz fails until all of them have synced.
 func (c CompletedConfig) New() (*Server, error) {
 	s := &Server{Caches: map[string]*indexcache.Cache{}, anyResources: c.anyResources}
+	if c.ExtraConfig.ClusterProxy {
+		s.passed = passadvice.New(nil)
+	}
 	mirrors := map[string]*mirror{}
 	counts := newObjectCounts()
 	for _, res := range []upstream.Resource{upstream.Pods, upstream.Nodes} {
@@ -134,7 +146,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	c.GenericConfig.StorageObjectCountTracker = counts
 	if c.ExtraConfig.ClusterProxy {
 		// The handler chain is built by New below, so the proxy goes in first.
-		if err := c.installClusterProxy(mirrors["pods"].reader, mirrors["nodes"].reader, s.anyResources); err != nil {
+		if err := c.installClusterProxy(mirrors["pods"].reader, mirrors["nodes"].reader, s.anyResources, s.passed); err != nil {
 			return nil, err
 		}
 	}
@@ -151,11 +163,9 @@ func (c CompletedConfig) New() (*Server, error) {
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(indexing.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"pods":  pod.NewREST(mirrors["pods"].reader),
-		"nodes": node.NewREST(mirrors["nodes"].reader),
-		"indexadvice": advice.NewREST(map[string]advice.Source{
-			"pods": mirrors["pods"].cache, "nodes": mirrors["nodes"].cache,
-		}),
+		"pods":        pod.NewREST(mirrors["pods"].reader),
+		"nodes":       node.NewREST(mirrors["nodes"].reader),
+		"indexadvice": advice.NewDynamicREST(s.adviceSources(mirrors)),
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, err
@@ -234,4 +244,28 @@ func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
 		MaxUpstreamReads: cc.MaxUpstreamReads,
 	})
 	return &mirror{cache: cache, feed: feed, reader: reader}, nil
+}
+
+// adviceSources is every resource's index advice: the mirrors', the caches
+// policies started, and the resources read under the cluster proxy without
+// a cache.
+func (s *Server) adviceSources(mirrors map[string]*mirror) func() map[string]advice.Source {
+	return func() map[string]advice.Source {
+		out := map[string]advice.Source{}
+		for name, m := range mirrors {
+			out[name] = m.cache
+		}
+		if s.dynamic != nil {
+			for name, src := range s.dynamic.adviceSources() {
+				out[name] = src
+			}
+		}
+		if s.passed != nil {
+			cached := func(res string) bool { _, ok := out[res]; return ok }
+			for name, src := range s.passed.Sources(cached) {
+				out[name] = src
+			}
+		}
+		return out
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/index-apiserver/index-apiserver/pkg/clusterproxy"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
+	"github.com/index-apiserver/index-apiserver/pkg/passadvice"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/coreview"
 )
@@ -22,7 +23,7 @@ import (
 //
 // Reads of the other cached resources (those IndexPolicies name) go to
 // anyResources.
-func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader, anyResources *anyresource.Registry) error {
+func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader, anyResources *anyresource.Registry, passed *passadvice.Recorder) error {
 	gc := c.GenericConfig
 	if c.ExtraConfig.PolicyClientConfig == nil {
 		return fmt.Errorf("the cluster proxy needs kube-apiserver's address (--kubeconfig or in-cluster)")
@@ -48,6 +49,7 @@ func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader,
 		}),
 		Cached:   cachedReads(anyResources),
 		Upstream: up,
+		Advice:   passed,
 	})
 	build := gc.BuildHandlerChainFunc
 	gc.BuildHandlerChainFunc = func(api http.Handler, cfg *genericapiserver.Config) http.Handler {

@@ -40,21 +40,30 @@ func (c CompletedConfig) installPolicyController(s *Server) error {
 		caches[name] = cache
 	}
 	cfg := policy.Config{Client: client, KubeClient: kube, Caches: caches, Options: opts}
+	var dynamic *anyCaches
 	if c.ExtraConfig.ClusterProxy {
 		// Caches of other resources are served only under the cluster proxy.
 		crds, err := apiextensionsclient.NewForConfig(cc)
 		if err != nil {
 			return fmt.Errorf("CustomResourceDefinition client: %w", err)
 		}
-		cfg.Dynamic = newAnyCaches(c.ExtraConfig.KubeClient, c.ExtraConfig.ReadClient, crds, c.ExtraConfig.Cache,
+		dynamic = newAnyCaches(c.ExtraConfig.KubeClient, c.ExtraConfig.ReadClient, crds, c.ExtraConfig.Cache, c.ExtraConfig.Budget,
 			time.Duration(c.GenericConfig.MinRequestTimeout)*time.Second, s.anyResources)
+		cfg.Dynamic = dynamic
+		s.dynamic = dynamic
 	}
 	ctrl, err := policy.New(cfg)
 	if err != nil {
 		return err
 	}
+	if dynamic != nil {
+		dynamic.onChange = ctrl.Resync
+	}
 	return s.GenericAPIServer.AddPostStartHook("start-index-policy-controller", func(hctx genericapiserver.PostStartHookContext) error {
 		go ctrl.Run(hctx)
+		if dynamic != nil {
+			go dynamic.Run(hctx)
+		}
 		return nil
 	})
 }

@@ -20,6 +20,7 @@ package clusterproxy
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -60,6 +61,12 @@ type Config struct {
 	Cached Cached
 	// Upstream forwards everything else (see NewUpstream).
 	Upstream *Upstream
+	// Advice, if set, is told of every passed-through request (package
+	// passadvice keeps the index advice of resources without a cache); the
+	// function it returns is called when the request ends.
+	Advice interface {
+		Read(info *request.RequestInfo, query url.Values) (done func())
+	}
 }
 
 // Handler serves the prefix and hands every other request to the next handler.
@@ -121,6 +128,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case OutcomeCache:
 		h.cfg.Cache.ServeHTTP(mw.writer(), inner)
 	case OutcomePassthrough:
+		if h.cfg.Advice != nil {
+			defer h.cfg.Advice.Read(info, inner.URL.Query())()
+		}
 		mw.countBytes = true
 		mw.auditID = w.Header().Get(auditinternal.HeaderAuditID)
 		h.passThrough(mw.writer(), inner, info)

@@ -6,6 +6,7 @@ package metrics
 import (
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 )
@@ -190,6 +191,39 @@ var (
 		Help:           "Watch requests refused with 429 because the user (limit=per-user) or the server (limit=total) had as many open as allowed.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"limit"})
+	// Cache budgets (package cachebudget): what the caches of the resources
+	// IndexPolicies name beyond pods and nodes hold, against the flags.
+	CacheHeldBytes = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "cache_held_bytes",
+		Help:           "Bytes of kube-apiserver's JSON a cache started by IndexPolicies holds (what --max-cache-bytes counts), per resource; the series goes with the cache.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	CacheBudgetHeldBytes = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "cache_budget_held_bytes",
+		Help:           "Bytes the caches started by IndexPolicies hold together, as --max-cache-bytes counts them.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	CacheBudgetBytes = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "cache_budget_bytes",
+		Help:           "The --max-cache-bytes flag (0: no budget).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	CachedResources = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "cache_budget_cached_resources",
+		Help:           "Resources cached because IndexPolicies name them (pods and nodes aside), as --max-cached-resources counts them.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	CacheBudgetResources = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "cache_budget_resources",
+		Help:           "The --max-cached-resources flag (0: no cap).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	OverBudgetResources = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "cache_over_budget_resources",
+		Help:           "Resources that accepted IndexPolicies name but that have no cache because of --max-cached-resources or --max-cache-bytes (refused, or stopped after growing past it): their reads pass through to kube-apiserver. Their policies say which (Ready=False, reason OverBudget).",
+		StabilityLevel: metrics.ALPHA,
+	})
+
 	// ClusterProxyBytes counts the bytes passed through to and from kube-apiserver.
 	ClusterProxyBytes = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "cluster_proxy_bytes_total",
@@ -210,8 +244,36 @@ func Register() {
 			ClusterProxyRequests, ClusterProxyDuration, ClusterProxyBytes, WatchesOpen, WatchesRefused,
 			IndexEstimatedBytes, PolicyIndexes, MaxIndexesPerResource,
 			AdviceScannedObjects, AdviceFilteredOffers, AdviceWatchers, AdviceLists,
+			CacheHeldBytes, CacheBudgetHeldBytes, CacheBudgetBytes, CachedResources, CacheBudgetResources, OverBudgetResources,
 		} {
 			legacyregistry.MustRegister(m)
 		}
 	})
+}
+
+// DeleteResource deletes every series of resource, so that a stopped cache
+// leaves none behind (a cache started again begins its counters at zero,
+// which rate() reads as a reset). It returns how many it deleted.
+func DeleteResource(resource string) int {
+	l := prometheus.Labels{"resource": resource}
+	n := 0
+	for _, v := range []*metrics.GaugeVec{
+		Watchers, WatchShards, CacheObjects, IndexValues, CacheResourceVersion, ResourceVersionLag, UpstreamConnected,
+		IndexEstimatedBytes, CacheHeldBytes, AdviceScannedObjects, AdviceFilteredOffers, AdviceWatchers, AdviceLists,
+	} {
+		if v.IsCreated() {
+			n += v.DeletePartialMatch(l)
+		}
+	}
+	for _, v := range []*metrics.CounterVec{
+		FilteredEvents, EventsDispatched, ListRequests, Relists, UpstreamReads, RevisionReads, ProgressProbes, SlowWatchersClosed,
+	} {
+		if v.IsCreated() {
+			n += v.DeletePartialMatch(l)
+		}
+	}
+	if DispatchCandidates.IsCreated() {
+		n += DispatchCandidates.DeletePartialMatch(l)
+	}
+	return n
 }

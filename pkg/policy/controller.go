@@ -55,7 +55,9 @@ var _ IndexSetter = &indexcache.Cache{}
 type Caches interface {
 	// Ensure returns the running cache of resource (as a policy spells it),
 	// starting it first if needed; an error says why it cannot run
-	// (unknown resource, not readable by this server, over a cap).
+	// (unknown resource, not readable by this server, over a cap). An
+	// error with a Reason() string method gives the Ready condition its
+	// reason; others read CacheNotRunning.
 	Ensure(ctx context.Context, resource string) (IndexSetter, error)
 	// Retain stops every cache started by Ensure whose resource keep lacks.
 	Retain(keep map[string]bool)
@@ -110,6 +112,9 @@ type Controller struct {
 	applied map[string]IndexSet
 	// applyErr is the error of the last failed apply, per resource.
 	applyErr map[string]error
+	// appliedTo is the cache applied was applied to: a cache started
+	// again (its resource's definition changed) gets the set anew.
+	appliedTo map[string]IndexSetter
 	// statsWritten is when the status of a policy (by UID) was last written.
 	statsWritten map[string]time.Time
 }
@@ -161,6 +166,7 @@ func New(cfg Config) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "index-policy"}),
 		applied:      map[string]IndexSet{},
 		applyErr:     map[string]error{},
+		appliedTo:    map[string]IndexSetter{},
 		statsWritten: map[string]time.Time{},
 	}
 	enqueue := func() { c.queue.Add(syncKey) }
@@ -178,6 +184,10 @@ func New(cfg Config) (*Controller, error) {
 	}
 	return c, nil
 }
+
+// Resync asks for a sync soon: a cache changed without a policy change
+// (stopped for the budget, its resource's definition changed).
+func (c *Controller) Resync() { c.queue.Add(syncKey) }
 
 // IsLeader tells whether this replica currently writes status.
 func (c *Controller) IsLeader() bool { return c.leader.Load() }
@@ -317,13 +327,14 @@ func (c *Controller) sync(ctx context.Context) error {
 		}
 		want := effective[res]
 		metrics.PolicyIndexes.WithLabelValues(res + ".indexing.k8s.io").Set(float64(len(want.Labels) + len(want.Fields)))
-		if prev, ok := c.applied[res]; !ok || !prev.Equal(want) || c.applyErr[res] != nil {
+		if prev, ok := c.applied[res]; !ok || !prev.Equal(want) || c.applyErr[res] != nil || c.appliedTo[res] != setter {
 			if err := setter.SetIndexes(want.Labels, want.Fields); err != nil {
 				c.applyErr[res] = err
 				errs = append(errs, fmt.Errorf("applying indexes of %s: %w", res, err))
 			} else {
 				logger.Info("Applied IndexPolicies", "resource", res, "labels", want.Labels, "fields", want.Fields)
 				c.applied[res] = want
+				c.appliedTo[res] = setter
 				delete(c.applyErr, res)
 			}
 		}
@@ -334,6 +345,9 @@ func (c *Controller) sync(ctx context.Context) error {
 		if h, ok := setter.(HeldReporter); ok {
 			st.objects, st.bytes = h.Held()
 			st.held = true
+		}
+		if n, ok := setter.(interface{ Note() string }); ok {
+			st.note = n.Note()
 		}
 		if s, ok := setter.(interface{ HasSynced() bool }); ok && !IsBuiltin(res) {
 			st.syncing = !s.HasSynced()
@@ -350,6 +364,7 @@ func (c *Controller) sync(ctx context.Context) error {
 		for res := range c.applied {
 			if !IsBuiltin(res) && !wanted[res] {
 				delete(c.applied, res)
+				delete(c.appliedTo, res)
 				delete(c.applyErr, res)
 			}
 		}

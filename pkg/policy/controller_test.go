@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
@@ -655,5 +656,54 @@ func TestControllerPendingStatusWriteEvictsNothing(t *testing.T) {
 	bAccepted := meta.IsStatusConditionTrue(h.policy("b").Status.Conditions, configv1alpha1.ConditionAccepted)
 	if bAccepted != slices.Contains(l, "b") {
 		t.Fatalf("b accepted=%v but the cache serves %v", bAccepted, l)
+	}
+}
+
+// fakeDynamic runs one fakeCache per resource; restart replaces it, as a
+// cache started again after its resource's definition changed.
+type fakeDynamic struct {
+	mu     sync.Mutex
+	caches map[string]*fakeCache
+}
+
+func (d *fakeDynamic) Ensure(_ context.Context, res string) (IndexSetter, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.caches[res] == nil {
+		d.caches[res] = &fakeCache{}
+	}
+	return d.caches[res], nil
+}
+
+func (d *fakeDynamic) Retain(keep map[string]bool) {}
+
+func (d *fakeDynamic) restart(res string) *fakeCache {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.caches[res] = &fakeCache{}
+	return d.caches[res]
+}
+
+// A cache started again under the same policies gets their indexes again.
+func TestControllerAppliesToACacheStartedAgain(t *testing.T) {
+	client := newPolicyClient(newPolicy("w", "widgets.example.com", []string{"app"}, nil))
+	dyn := &fakeDynamic{caches: map[string]*fakeCache{}}
+	c, err := New(Config{Client: client, Caches: map[string]IndexSetter{}, Dynamic: dyn, Options: testOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Run(ctx)
+	h := &harness{t: t, client: client}
+	h.waitStatus("w", metav1.ConditionTrue, metav1.ConditionTrue)
+	again := dyn.restart("widgets.example.com")
+	c.Resync()
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		labels, _, _ := again.get()
+		return slices.Equal(labels, []string{"app"}), nil
+	}); err != nil {
+		labels, _, calls := again.get()
+		t.Fatalf("the new cache has labels %v after %d calls", labels, calls)
 	}
 }

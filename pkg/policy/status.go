@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -25,6 +26,9 @@ type resourceState struct {
 	startErr error
 	// syncing: the cache has not loaded its first list yet.
 	syncing bool
+	// note: why the cache was started again (its resource's definition
+	// changed), said in Ready's message while it runs.
+	note string
 	// held: the cache reported objects and bytes held.
 	held    bool
 	objects int
@@ -64,12 +68,16 @@ func desiredStatus(p *configv1alpha1.IndexPolicy, d Decision, states map[string]
 	}
 	switch {
 	case st.startErr != nil:
-		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonCacheNotRunning,
-			fmt.Sprintf("no cache of %s: %v", res, st.startErr))
+		reason := configv1alpha1.ReasonCacheNotRunning
+		var r interface{ Reason() string }
+		if errors.As(st.startErr, &r) {
+			reason = r.Reason()
+		}
+		set(configv1alpha1.ConditionReady, false, reason, fmt.Sprintf("no cache of %s: %v", res, st.startErr))
 		return out
 	case st.syncing:
 		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonPending,
-			fmt.Sprintf("the cache of %s is loading its first list", res))
+			fmt.Sprintf("the cache of %s is loading its first list", res)+withNote(st.note))
 		return out
 	case !st.running:
 		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonCacheNotRunning,
@@ -100,16 +108,23 @@ func desiredStatus(p *configv1alpha1.IndexPolicy, d Decision, states map[string]
 		set(configv1alpha1.ConditionReady, false, configv1alpha1.ReasonPending,
 			"indexes not built yet: "+strings.Join(missing, ", "))
 	case keep.Len() == 0:
-		set(configv1alpha1.ConditionReady, true, configv1alpha1.ReasonBuilt, "nothing to index")
+		set(configv1alpha1.ConditionReady, true, configv1alpha1.ReasonBuilt, "nothing to index"+withNote(st.note))
 	default:
 		what := "index"
 		if keep.Len() > 1 {
 			what = "indexes"
 		}
 		set(configv1alpha1.ConditionReady, true, configv1alpha1.ReasonBuilt,
-			fmt.Sprintf("%d %s built and serving: %s", keep.Len(), what, strings.Join(keep.Names(), ", ")))
+			fmt.Sprintf("%d %s built and serving: %s", keep.Len(), what, strings.Join(keep.Names(), ", "))+withNote(st.note))
 	}
 	return out
+}
+
+func withNote(note string) string {
+	if note == "" {
+		return ""
+	}
+	return " (" + note + ")"
 }
 
 func cloneConditions(cs []metav1.Condition) []metav1.Condition {

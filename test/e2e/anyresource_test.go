@@ -390,7 +390,7 @@ func TestAnyResourcePolicyLifecycle(t *testing.T) {
 			return nil
 		})
 	}
-	readyMessage("any-secrets", configv1alpha1.ReasonCacheNotRunning, "may not list and watch secrets")
+	readyMessage("any-secrets", configv1alpha1.ReasonCacheNotRunning, "may not list and watch secrets (grant its ServiceAccount list and watch on it; its SelfSubjectAccessReview: list denied")
 	// An unknown resource.
 	if _, err := createPolicy(t, ctx, admin, "any-unknown", configv1alpha1.IndexPolicySpec{Resource: "nosuchthings.example.com"}); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -21,6 +22,7 @@ import (
 	netutils "k8s.io/utils/net"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apiserver"
+	"github.com/index-apiserver/index-apiserver/pkg/cachebudget"
 	"github.com/index-apiserver/index-apiserver/pkg/clusterproxy"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	generatedopenapi "github.com/index-apiserver/index-apiserver/pkg/generated/openapi"
@@ -47,6 +49,54 @@ type Options struct {
 	ClusterProxy ClusterProxyOptions
 	// Concurrency is the request concurrency priority and fairness shares out.
 	Concurrency ConcurrencyOptions
+	// Budget caps the caches IndexPolicies start beyond pods and nodes.
+	Budget BudgetOptions
+}
+
+// BudgetOptions cap the caches of the resources IndexPolicies name beyond
+// pods and nodes (package cachebudget).
+type BudgetOptions struct {
+	MaxResources int
+	MaxBytes     resource.QuantityValue
+}
+
+// Defaults: the chart's memory limit is 1Gi; a quarter of it for the
+// caches policies start leaves the rest to pods, nodes, indexes, watchers
+// and requests.
+const (
+	DefaultMaxCachedResources = 16
+	DefaultMaxCacheBytes      = "256Mi"
+)
+
+// AddFlags adds the budget flags.
+func (b *BudgetOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.IntVar(&b.MaxResources, "max-cached-resources", b.MaxResources,
+		"The most resources IndexPolicies may have cached beyond pods and nodes (which are always cached). A policy naming one more resource is accepted, "+
+			"but its resource gets no cache: its policies read Ready=False, reason OverBudget, and its reads under the cluster proxy pass through to kube-apiserver. "+
+			"Resources cached first keep their caches. 0: no cap.")
+	fs.Var(&b.MaxBytes, "max-cache-bytes",
+		"The most bytes of kube-apiserver's JSON (managedFields aside) that the caches IndexPolicies start beyond pods and nodes may hold together, as a quantity (512Mi, 2Gi). "+
+			"Before a cache starts, its size is estimated from a LIST with limit=1 (one object times remainingItemCount); a resource that would not fit is refused. "+
+			"The caches are measured every 2s: while they hold more, the newest cache is stopped and its memory given back, its reads pass through to kube-apiserver, "+
+			"and it starts again once what it held fits. Either way its policies read Ready=False, reason OverBudget, and "+
+			"index_apiserver_cache_over_budget_resources counts it. Indexes, decoded metadata and Go's overhead come on top, and pods and nodes are not counted: leave the server's memory limit room for them. 0: no budget.")
+}
+
+// Validate checks the budget flags.
+func (b *BudgetOptions) Validate() []error {
+	var errs []error
+	if b.MaxResources < 0 {
+		errs = append(errs, fmt.Errorf("--max-cached-resources must not be negative"))
+	}
+	if b.MaxBytes.Sign() < 0 {
+		errs = append(errs, fmt.Errorf("--max-cache-bytes must not be negative"))
+	}
+	return errs
+}
+
+// Budget is the cachebudget.Budget of the flags.
+func (b *BudgetOptions) Budget() cachebudget.Budget {
+	return cachebudget.Budget{MaxResources: b.MaxResources, MaxBytes: b.MaxBytes.Value()}
 }
 
 // ConcurrencyOptions are kube-apiserver's limits of requests served at once;
@@ -102,6 +152,10 @@ func NewOptions() *Options {
 		Logs:           logs.NewOptions(),
 		Policy:         policy.NewOptions(),
 		Concurrency:    ConcurrencyOptions{MaxRequestsInFlight: 400, MaxMutatingRequestsInFlight: 200},
+		Budget: BudgetOptions{
+			MaxResources: DefaultMaxCachedResources,
+			MaxBytes:     resource.QuantityValue{Quantity: resource.MustParse(DefaultMaxCacheBytes)},
+		},
 		Cache: CacheOptions{
 			CacheConfig: apiserver.CacheConfig{
 				FreshnessTimeout:       indexcache.DefaultFreshnessTimeout,
@@ -138,6 +192,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Upstream.AddFlags(fss.FlagSet("upstream cluster"))
 	o.Cache.AddFlags(fss.FlagSet("index cache"))
 	o.Policy.AddFlags(fss.FlagSet("index policies"))
+	o.Budget.AddFlags(fss.FlagSet("cache budgets"))
 	o.ClusterProxy.AddFlags(fss.FlagSet("cluster proxy"))
 	o.Concurrency.AddFlags(fss.FlagSet("priority and fairness"))
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
@@ -185,6 +240,7 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.Upstream.Validate()...)
 	errs = append(errs, logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate))
 	errs = append(errs, o.Policy.Validate()...)
+	errs = append(errs, o.Budget.Validate()...)
 	if o.Cache.EventWindow < 1 {
 		errs = append(errs, fmt.Errorf("--watch-event-window must be positive"))
 	}
@@ -309,6 +365,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 			KubeClient:         feedClient,
 			ReadClient:         readClient,
 			Cache:              o.Cache.CacheConfig,
+			Budget:             o.Budget.Budget(),
 			Policy:             o.Policy,
 			PolicyClientConfig: cfg.ClientConfig,
 			ClusterProxy:       o.ClusterProxy.Enabled,

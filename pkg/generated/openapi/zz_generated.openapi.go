@@ -353,7 +353,7 @@ func schema_pkg_apis_indexing_v1alpha1_IndexAdvice(ref common.ReferenceCallback)
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "IndexAdvice is a label key or field that clients select pods or nodes by exactly (`=`, `==`, a small `in`) without an index: LISTs that scan the cache or a namespace, and watchers offered events they filter away. It says what an index would save and carries the IndexPolicy that adds it. Computed by each replica from its own caches (the costliest 10 per resource, rates weighted to the last minutes); read-only. Once the index exists the advice disappears.",
+				Description: "IndexAdvice is a label key or field that clients select a resource by exactly (`=`, `==`, a small `in`) without an index: LISTs that scan the cache or a namespace, and watchers offered events they filter away. It says what an index would save and carries the IndexPolicy that adds it. Computed by each replica from its own caches (the costliest 10 per resource, rates weighted to the last minutes); read-only. Once the index exists the advice disappears. A resource read under the cluster proxy prefix without a cache is advised on too, from the reads passed through to kube-apiserver: only listsPerSecond and watchers are known for it.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"kind": {
@@ -379,7 +379,7 @@ func schema_pkg_apis_indexing_v1alpha1_IndexAdvice(ref common.ReferenceCallback)
 					},
 					"resource": {
 						SchemaProps: spec.SchemaProps{
-							Description: "resource is the resource clients select: pods or nodes.",
+							Description: "resource is the resource clients select, as an IndexPolicy names it: pods, configmaps, jobs.batch, widgets.example.com.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
@@ -782,7 +782,7 @@ func schema_pkg_apis_indexing_v1alpha1_SuggestedIndexPolicySpec(ref common.Refer
 				Properties: map[string]spec.Schema{
 					"resource": {
 						SchemaProps: spec.SchemaProps{
-							Description: "resource is pods or nodes.",
+							Description: "resource is the resource to cache and index, as the advice names it.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",

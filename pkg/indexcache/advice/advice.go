@@ -256,3 +256,11 @@ func (t *Tracker) publishLocked(top []Advice) {
 	}
 	t.series = now
 }
+
+// Close deletes the tracker's metric series: its resource is no longer
+// tracked here.
+func (t *Tracker) Close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.publishLocked(nil)
+}

@@ -30,6 +30,9 @@ const (
 	ReasonPending         = "Pending"
 	ReasonBuildFailed     = "BuildFailed"
 	ReasonCacheNotRunning = "CacheNotRunning"
+	// ReasonOverBudget: the resource has no cache because of
+	// --max-cached-resources or --max-cache-bytes; its reads pass through.
+	ReasonOverBudget = "OverBudget"
 )
 
 // IndexPolicy asks index-apiserver to index the given label keys and field

@@ -76,20 +76,23 @@ type NodeList struct {
 // +resourceName=indexadvice
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
-// IndexAdvice is a label key or field that clients select pods or nodes by
+// IndexAdvice is a label key or field that clients select a resource by
 // exactly (`=`, `==`, a small `in`) without an index: LISTs that scan the
 // cache or a namespace, and watchers offered events they filter away. It
 // says what an index would save and carries the IndexPolicy that adds it.
 // Computed by each replica from its own caches (the costliest 10 per
 // resource, rates weighted to the last minutes); read-only. Once the index
-// exists the advice disappears.
+// exists the advice disappears. A resource read under the cluster proxy
+// prefix without a cache is advised on too, from the reads passed through
+// to kube-apiserver: only listsPerSecond and watchers are known for it.
 type IndexAdvice struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object's metadata. The name is <resource>.<label|field>.<key>.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// resource is the resource clients select: pods or nodes.
+	// resource is the resource clients select, as an IndexPolicy names it:
+	// pods, configmaps, jobs.batch, widgets.example.com.
 	Resource string `json:"resource"`
 	// label is the label key to index (for a label index).
 	// +optional
@@ -142,7 +145,7 @@ type SuggestedIndexPolicyMeta struct {
 
 // SuggestedIndexPolicySpec is the suggested policy's spec (IndexPolicySpec).
 type SuggestedIndexPolicySpec struct {
-	// resource is pods or nodes.
+	// resource is the resource to cache and index, as the advice names it.
 	Resource string `json:"resource"`
 	// labels to index.
 	// +optional

@@ -32,9 +32,10 @@ type Source interface {
 	IndexAdvice() []cacheadvice.Advice
 }
 
-// REST serves the advice of the caches, by resource name ("pods", "nodes").
+// REST serves the advice of the caches, by resource name as IndexPolicies
+// spell it ("pods", "configmaps", "widgets.example.com").
 type REST struct {
-	sources map[string]Source
+	sources func() map[string]Source
 }
 
 var (
@@ -46,8 +47,16 @@ var (
 	_ rest.TableConvertor       = &REST{}
 )
 
-// NewREST returns the storage of indexadvice.indexing.k8s.io.
-func NewREST(sources map[string]Source) *REST { return &REST{sources: sources} }
+// NewREST returns the storage of indexadvice.indexing.k8s.io over fixed
+// sources.
+func NewREST(sources map[string]Source) *REST {
+	return &REST{sources: func() map[string]Source { return sources }}
+}
+
+// NewDynamicREST returns the storage over the sources of the moment: the
+// caches that run now, and the resources read through the cluster proxy
+// without one.
+func NewDynamicREST(sources func() map[string]Source) *REST { return &REST{sources: sources} }
 
 func (r *REST) New() runtime.Object     { return &indexing.IndexAdvice{} }
 func (r *REST) NewList() runtime.Object { return &indexing.IndexAdviceList{} }
@@ -89,12 +98,20 @@ func (r *REST) all() []indexing.IndexAdvice {
 		cost float64
 	}
 	var all []scored
-	for _, res := range sortedKeys(r.sources) {
-		for _, a := range r.sources[res].IndexAdvice() {
+	sources := r.sources()
+	for _, res := range sortedKeys(sources) {
+		for _, a := range sources[res].IndexAdvice() {
 			all = append(all, scored{a: toAPI(res, a), cost: a.Cost()})
 		}
 	}
-	sort.SliceStable(all, func(i, j int) bool { return all[i].cost > all[j].cost })
+	// Passed-through resources' advice costs nothing known here: among
+	// equals, the most read first.
+	sort.SliceStable(all, func(i, j int) bool {
+		if all[i].cost != all[j].cost {
+			return all[i].cost > all[j].cost
+		}
+		return all[i].a.ListsPerSecond.Cmp(all[j].a.ListsPerSecond) > 0
+	})
 	out := make([]indexing.IndexAdvice, len(all))
 	for i, s := range all {
 		out[i] = s.a
@@ -191,7 +208,7 @@ func rate(v float64) resource.Quantity {
 
 var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "The advice's name, also the suggested IndexPolicy's."},
-	{Name: "Resource", Type: "string", Description: "pods or nodes."},
+	{Name: "Resource", Type: "string", Description: "The resource, as an IndexPolicy names it."},
 	{Name: "Index", Type: "string", Description: "The missing index: label:<key> or field:<path>."},
 	{Name: "Scanned/s", Type: "string", Description: "Objects a second LISTs scanned and did not return."},
 	{Name: "Filtered/s", Type: "string", Description: "Events a second offered to watchers that filter them away (estimated)."},

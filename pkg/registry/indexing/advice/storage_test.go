@@ -91,3 +91,25 @@ func TestRESTListGetTable(t *testing.T) {
 		t.Errorf("row: %v", c)
 	}
 }
+
+// Sources are read at each request; advice of equal cost (passed-through
+// resources' costs nothing known) comes most read first.
+func TestDynamicSourcesAndOrder(t *testing.T) {
+	sources := map[string]Source{"pods": fakeSource{{Label: true, Key: "a", Index: "label:a", ScannedPerSecond: 5, ListsPerSecond: 1}}}
+	r := NewDynamicREST(func() map[string]Source { return sources })
+	sources["configmaps"] = fakeSource{
+		{Label: true, Key: "x", Index: "label:x", ListsPerSecond: 1},
+		{Label: true, Key: "y", Index: "label:y", ListsPerSecond: 3},
+	}
+	obj, err := r.List(context.Background(), &metainternalversion.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range obj.(*indexing.IndexAdviceList).Items {
+		got = append(got, a.Resource+"/"+a.Index)
+	}
+	if want := "pods/label:a configmaps/label:y configmaps/label:x"; strings.Join(got, " ") != want {
+		t.Fatalf("order %v, want %s", got, want)
+	}
+}
