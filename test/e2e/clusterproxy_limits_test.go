@@ -404,6 +404,25 @@ func TestClusterProxyAuditAndRouting(t *testing.T) {
 				return fmt.Errorf("no audit event of %s listing pods in %s in %s", user, ns, auditLog)
 			})
 
+			// Request metrics name the inner request, passed through too.
+			listedConfigMaps := func() float64 {
+				var n float64
+				for k, v := range scrapeAt(t, stack.IndexAPIServerURL(port)) {
+					if strings.HasPrefix(k, "apiserver_request_total{") && strings.Contains(k, `resource="configmaps"`) &&
+						strings.Contains(k, `verb="LIST"`) && strings.Contains(k, `code="200"`) {
+						n += v
+					}
+				}
+				return n
+			}
+			before := listedConfigMaps()
+			if code, body := get(p + "/api/v1/namespaces/" + ns + "/configmaps"); code != http.StatusOK {
+				t.Fatalf("a passed-through LIST of configmaps: %d %.300s", code, body)
+			}
+			if got := listedConfigMaps() - before; got != 1 {
+				t.Errorf("apiserver_request_total of configmaps LISTs rose by %v for one passed-through LIST, want 1", got)
+			}
+
 			for _, path := range []string{"//api/v1/pods", "//api/v1/namespaces/" + ns + "/pods", "///api/v1/nodes",
 				"/api/v1/namespaces//pods/a", "/api/v1/namespaces//pods"} {
 				code, body := get(p + path)
