@@ -67,13 +67,7 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 			return newErrWatcher(err), nil
 		}
 	}
-	w := &watcher{
-		c:              c,
-		pred:           pred,
-		allowBookmarks: opts.AllowWatchBookmarks,
-		slot:           c.watcherSlots.Add(1),
-		done:           make(chan struct{}),
-	}
+	w := c.newWatcher(pred, opts.AllowWatchBookmarks)
 	for attempt := range maxRegisterAttempts {
 		// The last attempt prepares under the lock, so neither a relist nor
 		// an event window turning over meanwhile can send it back.
@@ -86,14 +80,10 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 			return nil, err
 		}
 		if ok {
-			w.stopWith(ctx)
-			if deadline, ok := ctx.Deadline(); ok && opts.AllowWatchBookmarks {
-				w.bookmarkBefore(deadline)
-			}
-			return w, nil
+			return w.begin(ctx), nil
 		}
 	}
-	return nil, errors.NewTooManyRequests("the cache relisted while the watch was starting; try again", 1)
+	return nil, errRestartedWhileStarting()
 }
 
 // register prepares w's initial events (after pre, events prepared by the
@@ -262,25 +252,41 @@ func (c *Cache) WatchFromState(ctx context.Context, opts WatchOptions, objs []ru
 	if opts.AllowWatchBookmarks {
 		pre = append(pre, c.bookmarkEvent(rv, true))
 	}
-	w := &watcher{
-		c:              c,
-		pred:           pred,
-		allowBookmarks: opts.AllowWatchBookmarks,
-		slot:           c.watcherSlots.Add(1),
-		done:           make(chan struct{}),
-	}
+	w := c.newWatcher(pred, opts.AllowWatchBookmarks)
 	for attempt := range maxRegisterAttempts {
 		ok, err := c.register(w, pre, false, false, rv, attempt == maxRegisterAttempts-1)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			w.stopWith(ctx)
-			if deadline, ok := ctx.Deadline(); ok && opts.AllowWatchBookmarks {
-				w.bookmarkBefore(deadline)
-			}
-			return w, nil
+			return w.begin(ctx), nil
 		}
 	}
-	return nil, errors.NewTooManyRequests("the cache relisted while the watch was starting; try again", 1)
+	return nil, errRestartedWhileStarting()
+}
+
+func (c *Cache) newWatcher(pred *predicate, allowBookmarks bool) *watcher {
+	return &watcher{
+		c:              c,
+		pred:           pred,
+		allowBookmarks: allowBookmarks,
+		slot:           c.watcherSlots.Add(1),
+		done:           make(chan struct{}),
+	}
+}
+
+// begin begins a registered watcher: it stops when ctx ends, and sends a
+// bookmark before ctx's deadline if it takes bookmarks.
+func (w *watcher) begin(ctx context.Context) watch.Interface {
+	w.stopWith(ctx)
+	if deadline, ok := ctx.Deadline(); ok && w.allowBookmarks {
+		w.bookmarkBefore(deadline)
+	}
+	return w
+}
+
+// errRestartedWhileStarting: every attempt to register a watcher was sent
+// back by a relist or the event window turning over.
+func errRestartedWhileStarting() error {
+	return errors.NewTooManyRequests("the cache relisted while the watch was starting; try again", 1)
 }

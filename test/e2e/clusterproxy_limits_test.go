@@ -187,7 +187,7 @@ func TestClusterProxyFlowSchemas(t *testing.T) {
 	for _, u := range []string{flooder, reader} {
 		grant(t, ctx, admin, u, true, "")
 	}
-	grantCorePodReaders(t, ctx, admin, uniqueName("e2e-s29-core-pods"), flooder, reader)
+	grantReaders(t, ctx, admin, uniqueName("e2e-s29-core-pods"), "", "pods", flooder, reader)
 	schema, level := uniqueName("e2e-s29-pods"), uniqueName("e2e-s29-tiny")
 	pl := &flowcontrolv1.PriorityLevelConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: level},
@@ -495,33 +495,6 @@ func TestClusterProxyKeepsTheCallersUID(t *testing.T) {
 	}
 }
 
-// grantCorePodReaders lets users get, list and watch core pods everywhere.
-func grantCorePodReaders(t *testing.T, ctx context.Context, admin *clients, name string, users ...string) {
-	t.Helper()
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-	}
-	for _, u := range users {
-		binding.Subjects = append(binding.Subjects, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: "User", Name: u})
-	}
-	if _, err := admin.kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = admin.kube.RbacV1().ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	if _, err := admin.kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = admin.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-}
 
 // TestClusterProxyRefusedWritesAnswer: `kubectl create configmap` under the
 // prefix by a ServiceAccount that may use the prefix but not create

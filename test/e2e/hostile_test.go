@@ -210,9 +210,16 @@ func TestHugeRequest(t *testing.T) {
 // classifies their requests as global-default).
 func grantPodReaders(t *testing.T, ctx context.Context, admin *clients, name string, users ...string) {
 	t.Helper()
+	grantReaders(t, ctx, admin, name, "indexing.k8s.io", "pods", users...)
+}
+
+// grantReaders lets users get, list and watch resource in group everywhere,
+// with a ClusterRole and ClusterRoleBinding called name.
+func grantReaders(t *testing.T, ctx context.Context, admin *clients, name, group, resource string, users ...string) {
+	t.Helper()
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"indexing.k8s.io"}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{group}, Resources: []string{resource}, Verbs: []string{"get", "list", "watch"}}},
 	}
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
