@@ -495,7 +495,6 @@ func TestClusterProxyKeepsTheCallersUID(t *testing.T) {
 	}
 }
 
-
 // TestClusterProxyRefusedWritesAnswer: `kubectl create configmap` under the
 // prefix by a ServiceAccount that may use the prefix but not create
 // configmaps gets kube-apiserver's 403 at once, 30 times of 30 at both entry
