@@ -93,11 +93,11 @@ func held(o *indexcache.Object) ([]byte, error) {
 func (c Codec) writeSingle(w io.Writer, raw []byte) error {
 	var err error
 	if rawobject.Typed(raw) {
-		_, err = writeAll(w, raw[:1], raw[1:], newline)
+		_, err = encoded.WriteAll(w, raw[:1], raw[1:], newline)
 		return err
 	}
 	body := rawobject.Single(raw, c.GVK)
-	_, err = writeAll(w, body[:1], body[1:], newline)
+	_, err = encoded.WriteAll(w, body[:1], body[1:], newline)
 	return err
 }
 
@@ -183,15 +183,3 @@ type plainKey struct {
 
 // plain holds facts about the process's encoders.
 var plain sync.Map // plainKey -> bool
-
-func writeAll(w io.Writer, parts ...[]byte) (int, error) {
-	total := 0
-	for _, p := range parts {
-		n, err := w.Write(p)
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
-}

@@ -210,17 +210,18 @@ func (sh *shape) write(w io.Writer, body []byte) error {
 	var err error
 	switch sh.format {
 	case JSON:
-		_, err = writeAll(w, sh.head[:1], sh.head[1:], body[1:], sh.tail)
+		_, err = WriteAll(w, sh.head[:1], sh.head[1:], body[1:], sh.tail)
 	case Protobuf:
 		var hdr [1 + maxVarint]byte
 		hdr[0] = 0x12
 		n := 1 + putVarint(hdr[1:], uint64(len(body)))
-		_, err = writeAll(w, sh.head[:1], sh.head[1:], hdr[:n], body, sh.tail)
+		_, err = WriteAll(w, sh.head[:1], sh.head[1:], hdr[:n], body, sh.tail)
 	}
 	return err
 }
 
-func writeAll(w io.Writer, parts ...[]byte) (int, error) {
+// WriteAll writes parts in order, as one write each, and the bytes written.
+func WriteAll(w io.Writer, parts ...[]byte) (int, error) {
 	total := 0
 	for _, p := range parts {
 		n, err := w.Write(p)

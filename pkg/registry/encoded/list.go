@@ -114,12 +114,12 @@ func writeProtoList(w io.Writer, head, tail, listMeta []byte, bodies [][]byte) e
 	var hdr [1 + maxVarint]byte
 	hdr[0] = 0x12
 	n := 1 + putVarint(hdr[1:], uint64(size))
-	if _, err := writeAll(w, head, hdr[:n], listMeta); err != nil {
+	if _, err := WriteAll(w, head, hdr[:n], listMeta); err != nil {
 		return err
 	}
 	for _, b := range bodies {
 		n := 1 + putVarint(hdr[1:], uint64(len(b)))
-		if _, err := writeAll(w, hdr[:n], b); err != nil {
+		if _, err := WriteAll(w, hdr[:n], b); err != nil {
 			return err
 		}
 	}
