@@ -11,8 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
@@ -24,7 +22,6 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
-	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/advice"
 	"github.com/index-apiserver/index-apiserver/pkg/upstream"
@@ -266,48 +263,17 @@ func (a *anyCaches) resolve(ctx context.Context, resource string) (anyresource.R
 // start builds the cache, feed and reader of res and starts them; the
 // resource is served under the cluster proxy once the cache has synced.
 func (a *anyCaches) start(ctx context.Context, name string, res anyresource.Resource) (*anyCache, error) {
-	fields := map[string]func(*rawobject.Object) []string{
-		"metadata.name": func(o *rawobject.Object) []string { return []string{o.Name} },
-	}
-	for _, f := range res.Fields {
-		fields[f] = func(o *rawobject.Object) []string {
-			v, err := o.Field(f)
-			if err != nil {
-				return []string{""}
-			}
-			return []string{v}
-		}
-	}
-	raw := upstream.RawResource(res.GVR, res.Namespaced, fields)
-	feed := upstream.NewFeed(raw, a.kube, a.read, a.tuning.RevisionReadInterval)
-	codec := res.Codec()
-	cfgFields := make(map[string]indexcache.FieldFunc, len(raw.Fields))
-	for name, fn := range raw.Fields {
-		cfgFields[name] = indexcache.FieldFunc(fn)
-	}
-	gvk := res.GVK()
-	cache, err := indexcache.New(indexcache.Config{
-		GroupResource: res.GVR.GroupResource(),
-		Namespaced:    res.Namespaced,
-		NewFunc: func() runtime.Object {
-			u := &unstructured.Unstructured{}
-			u.SetGroupVersionKind(gvk)
-			return u
-		},
-		Transform:              raw.Transform,
-		Compaction:             codec,
-		Encoder:                codec,
-		Fields:                 cfgFields,
-		AlwaysIndexedFields:    []string{"metadata.name"},
-		CurrentResourceVersion: feed.CurrentResourceVersion,
-		RequestProgress:        feed.RequestProgress,
-		FreshnessTimeout:       a.tuning.FreshnessTimeout,
-		EventWindow:            a.tuning.EventWindow,
-		SnapshotRetention:      a.tuning.SnapshotRetention,
-		WatchBuffer:            a.tuning.WatchBuffer,
-		SlowWatcherBudget:      a.tuning.SlowWatcherBudget,
-		BookmarkInterval:       a.tuning.BookmarkInterval,
-	})
+	feed := upstream.NewFeed(upstream.RawResource(res.GVR, res.Namespaced, nil), a.kube, a.read, a.tuning.RevisionReadInterval)
+	cfg := res.CacheConfig()
+	cfg.CurrentResourceVersion = feed.CurrentResourceVersion
+	cfg.RequestProgress = feed.RequestProgress
+	cfg.FreshnessTimeout = a.tuning.FreshnessTimeout
+	cfg.EventWindow = a.tuning.EventWindow
+	cfg.SnapshotRetention = a.tuning.SnapshotRetention
+	cfg.WatchBuffer = a.tuning.WatchBuffer
+	cfg.SlowWatcherBudget = a.tuning.SlowWatcherBudget
+	cfg.BookmarkInterval = a.tuning.BookmarkInterval
+	cache, err := indexcache.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the cache of %s: %w", res.GVR.GroupResource(), err)
 	}

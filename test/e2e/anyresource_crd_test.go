@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -161,8 +162,13 @@ func TestAnyResourceCRDLifecycle(t *testing.T) {
 	if err := crds.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, crdName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, ctx, admin, "crd-gadgets", metav1.ConditionFalse, configv1alpha1.ReasonCacheNotRunning,
-		"CustomResourceDefinition "+crdName+" is being deleted")
+	// "is being deleted" (its finalizer deletes the objects first), or
+	// "was deleted" had the watch seen only the end.
+	p = waitReady(t, ctx, admin, "crd-gadgets", metav1.ConditionFalse, configv1alpha1.ReasonCacheNotRunning,
+		"its CustomResourceDefinition "+crdName)
+	if r := meta.FindStatusCondition(p.Status.Conditions, configv1alpha1.ConditionReady); !strings.Contains(r.Message, " deleted") {
+		t.Fatalf("Ready after the CRD's deletion: %s", r.Message)
+	}
 	eventually(t, 30*time.Second, func() error {
 		if _, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crdName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("the CRD is still there: %v", err)

@@ -31,9 +31,12 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/readonly"
 	"github.com/index-apiserver/index-apiserver/pkg/upstream"
 )
@@ -52,6 +55,25 @@ type Config struct {
 	Fields map[string]indexcache.FieldFunc
 	// AlwaysIndexedFields as the cache takes them.
 	AlwaysIndexedFields []string
+	// Generic, if set, runs the generic path instead (see Generic); Fields
+	// and AlwaysIndexedFields are then its Resource's.
+	Generic *Generic
+}
+
+// Generic is the path of any resource an IndexPolicy names (package
+// anyresource): the feed delivers kube-apiserver's JSON bytes as
+// rawobject.Objects, the cache keeps them (anyresource.Resource's
+// CacheConfig) and the registry serves them (anyresource.NewHandler's
+// storage). The suite's typed objects cross into it as the JSON a client
+// of kube-apiserver reads, and back as the JSON a client of this server
+// reads.
+type Generic struct {
+	Resource anyresource.Resource
+	// Hold is what kube-apiserver would send the feed for an object etcd
+	// holds.
+	Hold func(runtime.Object) (*rawobject.Object, error)
+	// Decode reads a body a client receives into the suite's types.
+	Decode func([]byte) (runtime.Object, error)
 }
 
 // Store is the index cache presented as a storage.Interface.
@@ -75,6 +97,9 @@ var sourceMD = metadata.New(map[string]string{"source": "cache"})
 func New(cfg Config) (*Store, error) {
 	prefix := strings.TrimSuffix(cfg.ResourcePrefix, "/")
 	progressCtx := metadata.NewOutgoingContext(context.Background(), sourceMD)
+	if cfg.Generic != nil {
+		return newGeneric(cfg, prefix, progressCtx)
+	}
 	cache, err := indexcache.New(indexcache.Config{
 		GroupResource: cfg.GroupResource,
 		Namespaced:    cfg.Namespaced,
@@ -115,13 +140,18 @@ func New(cfg Config) (*Store, error) {
 		}, consistentread.New(cache, consistentread.Config{GroupResource: cfg.GroupResource})),
 	}
 	lw := &listerWatcher{etcd: cfg.Etcd, prefix: prefix, newList: cfg.NewListFunc}
-	reflector := upstream.NewReflector(cfg.GroupResource.Resource, lw, cfg.NewFunc(), cache.Ingest())
-	go cache.Run(ctx.Done())
+	s.start(ctx, lw, cfg.NewFunc())
+	return s, nil
+}
+
+// start runs the cache and its Reflector.
+func (s *Store) start(ctx context.Context, lw cache.ListerWatcher, expectedType runtime.Object) {
+	reflector := upstream.NewReflector(s.cfg.GroupResource.Resource, lw, expectedType, s.cache.Ingest())
+	go s.cache.Run(ctx.Done())
 	go func() {
 		defer close(s.done)
 		reflector.RunWithContext(ctx)
 	}()
-	return s, nil
 }
 
 // listerWatcher lists and watches the etcd3 store for the Reflector, with
@@ -284,7 +314,10 @@ func (s *Store) Get(ctx context.Context, key string, opts storage.GetOptions, ob
 		}
 		return toStorageError(err, key)
 	}
-	return setInto(objPtr, unwrap(obj))
+	if obj, err = s.served(obj); err != nil {
+		return err
+	}
+	return setInto(objPtr, obj)
 }
 
 // listOptions is the registry's form of a storage list or watch. A
@@ -323,7 +356,9 @@ func (s *Store) GetList(ctx context.Context, key string, opts storage.ListOption
 	if err != nil {
 		return toStorageError(err, key)
 	}
-	list = unwrap(list)
+	if list, err = s.served(list); err != nil {
+		return err
+	}
 	if strings.HasSuffix(key, "/") {
 		if err := tokenUnderSlash(list); err != nil {
 			return err
@@ -357,7 +392,7 @@ func (s *Store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 	if err != nil {
 		return nil, toStorageError(err, key)
 	}
-	return newWatcher(w, func(ev watch.Event) bool {
+	return newWatcher(w, s.served, func(ev watch.Event) bool {
 		if sc.under == "" || ev.Type == watch.Bookmark || ev.Type == watch.Error {
 			return true
 		}
@@ -421,11 +456,12 @@ func setInto(dst, src runtime.Object) error {
 type watcher struct {
 	inner  watch.Interface
 	result chan watch.Event
+	served func(runtime.Object) (runtime.Object, error)
 	keep   func(watch.Event) bool
 }
 
-func newWatcher(inner watch.Interface, keep func(watch.Event) bool) *watcher {
-	w := &watcher{inner: inner, result: make(chan watch.Event, cap(inner.ResultChan())), keep: keep}
+func newWatcher(inner watch.Interface, served func(runtime.Object) (runtime.Object, error), keep func(watch.Event) bool) *watcher {
+	w := &watcher{inner: inner, result: make(chan watch.Event, cap(inner.ResultChan())), served: served, keep: keep}
 	go w.run()
 	return w
 }
@@ -435,8 +471,13 @@ func newWatcher(inner watch.Interface, keep func(watch.Event) bool) *watcher {
 func (w *watcher) run() {
 	defer close(w.result)
 	for ev := range w.inner.ResultChan() {
-		if c, ok := ev.Object.(runtime.CacheableObject); ok {
-			ev.Object = c.GetObject()
+		if ev.Type != watch.Error {
+			obj, err := w.served(ev.Object)
+			if err != nil {
+				ev = watch.Event{Type: watch.Error, Object: &apierrors.NewInternalError(err).ErrStatus}
+			} else {
+				ev.Object = obj
+			}
 		}
 		if w.keep(ev) {
 			w.result <- ev

@@ -127,6 +127,9 @@ func NewHandler(res Resource, cache readonly.Cache, minRequestTimeout time.Durat
 	return &Handler{res: res, storage: storage, scope: scope, minTimeout: minRequestTimeout}, nil
 }
 
+// Storage is the registry the handler serves from.
+func (h *Handler) Storage() *readonly.REST { return h.storage }
+
 // ServeHTTP serves a get, list or watch whose request info (in the
 // request's context) names this resource.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
