@@ -87,6 +87,10 @@ type Config struct {
 	Clock clock.Clock
 }
 
+// startRetry is how soon a resource whose cache could not start (unknown
+// yet, not readable, over budget) is tried again.
+var startRetry = 5 * time.Second
+
 // syncKey is the one work item: every policy change re-merges all policies.
 const syncKey = "all"
 
@@ -317,6 +321,10 @@ func (c *Controller) sync(ctx context.Context) error {
 			if setter, err = c.dynamic.Ensure(ctx, res); err != nil {
 				states[res] = resourceState{startErr: err}
 				delete(c.applied, res)
+				// Nothing tells the controller when a CRD appears in
+				// discovery or the server is granted its reads: try again
+				// soon rather than at the next periodic sync.
+				c.queue.AddAfter(syncKey, startRetry)
 				continue
 			}
 			ok = true

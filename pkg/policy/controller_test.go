@@ -662,13 +662,17 @@ func TestControllerPendingStatusWriteEvictsNothing(t *testing.T) {
 // fakeDynamic runs one fakeCache per resource; restart replaces it, as a
 // cache started again after its resource's definition changed.
 type fakeDynamic struct {
-	mu     sync.Mutex
-	caches map[string]*fakeCache
+	mu       sync.Mutex
+	caches   map[string]*fakeCache
+	startErr error
 }
 
 func (d *fakeDynamic) Ensure(_ context.Context, res string) (IndexSetter, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.startErr != nil {
+		return nil, d.startErr
+	}
 	if d.caches[res] == nil {
 		d.caches[res] = &fakeCache{}
 	}
@@ -706,4 +710,27 @@ func TestControllerAppliesToACacheStartedAgain(t *testing.T) {
 		labels, _, calls := again.get()
 		t.Fatalf("the new cache has labels %v after %d calls", labels, calls)
 	}
+}
+
+// A resource whose cache could not start (its CRD not yet in discovery, the
+// server not yet allowed to read it) is tried again soon, without waiting
+// for the periodic sync (an hour here) or a policy change.
+func TestControllerRetriesACacheThatCouldNotStart(t *testing.T) {
+	defer func(d time.Duration) { startRetry = d }(startRetry)
+	startRetry = 100 * time.Millisecond
+	client := newPolicyClient(newPolicy("w", "widgets.example.com", []string{"app"}, nil))
+	dyn := &fakeDynamic{caches: map[string]*fakeCache{}, startErr: errors.New("kube-apiserver serves no resource widgets.example.com")}
+	c, err := New(Config{Client: client, Caches: map[string]IndexSetter{}, Dynamic: dyn, Options: testOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Run(ctx)
+	h := &harness{t: t, client: client}
+	h.waitStatus("w", metav1.ConditionTrue, metav1.ConditionFalse)
+	dyn.mu.Lock()
+	dyn.startErr = nil
+	dyn.mu.Unlock()
+	h.waitStatus("w", metav1.ConditionTrue, metav1.ConditionTrue)
 }
