@@ -25,6 +25,14 @@ type listMeta struct {
 
 type listItem struct {
 	Metadata listMeta `json:"metadata"`
+	// Status.Bench: where -mode crd's status patches write their sequence
+	// number and send time (stampOf).
+	Status struct {
+		Bench *struct {
+			Seq    string `json:"seq"`
+			SentAt string `json:"sentAt"`
+		} `json:"bench"`
+	} `json:"status"`
 }
 
 type listResp struct {
