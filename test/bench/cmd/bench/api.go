@@ -25,14 +25,9 @@ type listMeta struct {
 
 type listItem struct {
 	Metadata listMeta `json:"metadata"`
-	// Status.Bench: where -mode crd's status patches write their sequence
-	// number and send time (stampOf).
-	Status struct {
-		Bench *struct {
-			Seq    string `json:"seq"`
-			SentAt string `json:"sentAt"`
-		} `json:"bench"`
-	} `json:"status"`
+	// Status, undecoded (a Status answer's is a string): -mode crd's status
+	// patches write their sequence number and send time into it (stampOf).
+	Status json.RawMessage `json:"status"`
 }
 
 type listResp struct {

@@ -2,9 +2,10 @@ package main
 
 // The CRD mode (-mode crd, issue 30's numbers): a SparkApplication-like
 // custom resource of about 4 KB with spec and status, -crd-objects of them
-// in -crd-per-app per `app` label value, cached by index-apiserver through
-// an IndexPolicy with a label index on `app` and served under the cluster
-// proxy prefix. Side by side with kube-apiserver in the same run:
+// in -crd-per-app per `app` label value, each also labelled with its own
+// `sparkoperator.k8s.io/app-name` (the fan-out key: one watcher per value),
+// cached by index-apiserver through an IndexPolicy with label indexes on
+// both and served under the cluster proxy prefix. Side by side with kube-apiserver in the same run:
 //
 //   - memory per held object: both servers' RSS growth and live heap growth
 //     over the load (rssMark);
@@ -13,7 +14,7 @@ package main
 //   - a full LIST (JSON, rv=0, with and without gzip) and the wire floor
 //     (fullListPhase, wirefloor.go);
 //   - the label watcher sweep (saturate.go): -crd-watchers label watchers,
-//     each on its own app, at -patch-rate status patches per second, raised
+//     each on its own app-name value, at -patch-rate status patches per second, raised
 //     on each server until its delivery p99 passes -sat-p99 or it loses an
 //     event.
 //
@@ -22,6 +23,7 @@ package main
 // status.bench (stampOf) instead of the pods' annotations.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -40,10 +42,12 @@ const (
 	crdPlural   = "sparkapplications"
 	crdResource = crdPlural + "." + crdGroup
 	crdAPI      = "/apis/" + crdGroup + "/" + crdVersion
-	// crdLabel is the fan-out key: the IndexPolicy's label index, the
-	// watchers' and the label LISTs' selector.
-	crdLabel  = "app"
-	crdPolicy = "bench-sparkapplications"
+	// crdLabel: the label LISTs' selector (-crd-per-app objects a value).
+	crdLabel = "app"
+	// crdWatchLabel: each label watcher's own value, one SparkApplication
+	// each (as the operator labels what it launches for one application).
+	crdWatchLabel = "sparkoperator.k8s.io/app-name"
+	crdPolicy     = "bench-sparkapplications"
 )
 
 // crdManifest: the CRD (label-free schema: spec and status keep unknown
@@ -120,7 +124,7 @@ metadata:
   name: ` + crdPolicy + `
 spec:
   resource: ` + crdResource + `
-  labels: [` + crdLabel + `]
+  labels: [` + crdLabel + `, ` + crdWatchLabel + `]
 `
 
 // ---- what differs between pods and the CRD ----
@@ -158,16 +162,44 @@ func objName(o options, a, i int) string {
 	return podName(a, i)
 }
 
+// watchLabel is label watcher i's selector: app i's pods; the i-th
+// SparkApplication by its app-name label.
+func watchLabel(o options, i int) (key, value string) {
+	if o.crd {
+		return crdWatchLabel, objName(o, i/o.podsPerApp, i%o.podsPerApp)
+	}
+	return appLabel, appName(i)
+}
+
+// watchedObject is what the round-th patch for label watcher i patches (its
+// owner is i): app i's pods in turn; the i-th SparkApplication.
+func watchedObject(o options, i, round int) patchRec {
+	if o.crd {
+		a := i / o.podsPerApp
+		return patchRec{nsOf(o, a), objName(o, a, i%o.podsPerApp), i}
+	}
+	return patchRec{nsOf(o, i), podName(i, round%o.podsPerApp), i}
+}
+
 // stampOf is the sequence number and send time a patch wrote into an
 // object: the pods' annotations, or the CRD's status.bench.
 func stampOf(it listItem) (seq, ts string, ok bool) {
 	if seq, ok = it.Metadata.Annotations[annSeq]; ok {
 		return seq, it.Metadata.Annotations[annTS], true
 	}
-	if it.Status.Bench != nil && it.Status.Bench.Seq != "" {
-		return it.Status.Bench.Seq, it.Status.Bench.SentAt, true
+	if !bytes.Contains(it.Status, []byte(`"bench"`)) {
+		return "", "", false
 	}
-	return "", "", false
+	var st struct {
+		Bench struct {
+			Seq    string `json:"seq"`
+			SentAt string `json:"sentAt"`
+		} `json:"bench"`
+	}
+	if json.Unmarshal(it.Status, &st) != nil || st.Bench.Seq == "" {
+		return "", "", false
+	}
+	return st.Bench.Seq, st.Bench.SentAt, true
 }
 
 // patchObject makes patch seq of the mode's resource: an annotation merge
@@ -277,7 +309,7 @@ func sparkApplication(o options, a, i int) (obj, status map[string]any) {
 	}
 	mounts := []any{map[string]any{"name": "spark-local-dir-1", "mountPath": "/var/data/spark-local-dir-1"},
 		map[string]any{"name": "config", "mountPath": "/opt/spark/conf/extra", "readOnly": true}}
-	labels := map[string]any{crdLabel: appName(a), "team": "team-" + strconv.Itoa(a%20), "sparkoperator.k8s.io/launched-by": "airflow"}
+	labels := map[string]any{crdLabel: appName(a), crdWatchLabel: name, "team": "team-" + strconv.Itoa(a%20), "sparkoperator.k8s.io/launched-by": "airflow"}
 	obj = map[string]any{
 		"apiVersion": crdGroup + "/" + crdVersion, "kind": "SparkApplication",
 		"metadata": map[string]any{"name": name, "namespace": nsOf(o, a), "labels": labels,
@@ -405,7 +437,32 @@ func crdPhases(ctx context.Context, s *stackInfo, o options, res *Results) error
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return sweep(ctx, s, o, res)
+	from := len(res.Saturation)
+	if err := sweep(ctx, s, o, res); err != nil {
+		return err
+	}
+	if o.smoke {
+		// -smoke fails on what is wrong, not on what is slow.
+		for _, st := range res.Saturation[from:] {
+			if st.Missing+st.Duplicated+st.Unexpected+st.WatchErrors > 0 || (st.FellBehind && st.Events == 0) {
+				res.Failures = append(res.Failures, fmt.Sprintf("%s: %d label watchers on %s: %s", crdResource, st.Watchers, st.Target, st.Reason))
+			}
+		}
+	}
+	return nil
+}
+
+// crdSmoke is -smoke's -mode crd, after the engine phases and fleets on the
+// same stack: 40 SparkApplications, 4 label watchers on each server, a few
+// LISTs of each kind. It fails on any lost, duplicated or unexpected event,
+// failed LIST or LISTs that differ.
+func crdSmoke(ctx context.Context, s *stackInfo, o options, res *Results) error {
+	o.crdObjects, o.crdPerApp = 40, 5
+	if err := crdOptions(&o, "4"); err != nil {
+		return err
+	}
+	o.listRequests, o.fullListRequests = 10, 2
+	return crdPhases(ctx, s, o, res)
 }
 
 // crdOptions sets -mode crd's sizes: o.apps × o.crdPerApp objects, the
@@ -431,19 +488,23 @@ func crdOptions(o *options, watchers string) error {
 		return fmt.Errorf("-crd-watchers: %w", err)
 	}
 	o.satLabel, o.satShards = nil, nil
+	total := o.apps * o.podsPerApp
 	for _, n := range sizes {
-		if n > o.apps {
-			logf("-crd-watchers %d: more than the %d apps; the sweep stops at %d", n, o.apps, o.apps)
-			n = o.apps
+		if n > total {
+			logf("-crd-watchers %d: more than the %d objects; the sweep stops at %d", n, total, total)
+			n = total
 		}
 		if len(o.satLabel) == 0 || o.satLabel[len(o.satLabel)-1] < n {
 			o.satLabel = append(o.satLabel, n)
 		}
 	}
-	for i, t := range o.satTargets {
+	var targets []string
+	for _, t := range o.satTargets {
 		if t == indexTarget {
-			o.satTargets[i] = proxyDirectTarget
+			t = proxyDirectTarget
 		}
+		targets = append(targets, t)
 	}
+	o.satTargets = targets
 	return nil
 }

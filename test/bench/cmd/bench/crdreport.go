@@ -21,10 +21,10 @@ func crdMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n### CRD run %s\n\n%s Raw data: `%s`. %d SparkApplication-like custom resources (`%s`, %d apps × %d by label `%s`, "+
 		"in %d namespaces, each with spec and status: %d bytes of JSON at kube-apiserver with managedFields, %d under the prefix), "+
-		"loaded (create, then a status patch) in %.0f s; index-apiserver caches them through an IndexPolicy with a label index on `%s` "+
+		"loaded (create, then a status patch) in %.0f s; index-apiserver caches them through an IndexPolicy with label indexes on `%s` and `%s` "+
 		"and serves them under the cluster proxy prefix (`%s`). %d status patches/s.",
 		res.Started.Format("2006-01-02 15:04 UTC"), machineLine(res), jsonPath, res.Load.Pods, crdResource, res.Load.Apps, res.Load.PodsPerApp, crdLabel,
-		res.Load.Namespaces, res.PodJSONBytesKube, res.PodJSONBytesIndex, res.Load.Seconds, crdLabel, clusterProxyPrefix, o.patchRate)
+		res.Load.Namespaces, res.PodJSONBytesKube, res.PodJSONBytesIndex, res.Load.Seconds, crdLabel, crdWatchLabel, clusterProxyPrefix, o.patchRate)
 	if len(res.Failures) > 0 {
 		fmt.Fprintf(&b, " **Failures:** %s.", strings.Join(res.Failures, "; "))
 	}
@@ -106,10 +106,10 @@ func crdMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 
 	// The label watcher sweep.
 	if len(res.Saturation) > 0 {
-		fmt.Fprintf(&b, "\nLabel watchers, each on its own app, raised on each server until it falls behind (delivery p99 > %v, any lost, duplicated or "+
+		fmt.Fprintf(&b, "\nLabel watchers, each on its own SparkApplication (`%s=<name>`), raised on each server until it falls behind (delivery p99 > %v, any lost, duplicated or "+
 			"unexpected event, a failed watch, or RSS > %.0f MiB); %d status patches/s for %v per step, spread over the watched apps. "+
 			"CPU columns: kube-apiserver's own; for the prefix, index-apiserver's plus kube-apiserver's (which feeds it):\n\n",
-			o.satP99, o.satMaxRSS, o.patchRate, o.patchDuration)
+			crdWatchLabel, o.satP99, o.satMaxRSS, o.patchRate, o.patchDuration)
 		saturationTable(&b, res.Saturation)
 		kb, kfell := sustained(res.Saturation, "label", kubeTarget)
 		xb, xfell := sustained(res.Saturation, "label", proxyDirectTarget)

@@ -58,13 +58,13 @@ func TestCRDMarkdown(t *testing.T) {
 // TestCRDStamp: a status patch's sequence number and send time are read
 // from status.bench, a pod's from its annotations.
 func TestCRDStamp(t *testing.T) {
-	var crd listItem
-	crd.Status.Bench = &struct {
-		Seq    string `json:"seq"`
-		SentAt string `json:"sentAt"`
-	}{"7", "123"}
+	crd := listItem{Status: []byte(`{"applicationState":{"state":"RUNNING"},"bench":{"seq":"7","sentAt":"123"}}`)}
 	if seq, ts, ok := stampOf(crd); seq != "7" || ts != "123" || !ok {
 		t.Errorf("CRD: %q %q %v", seq, ts, ok)
+	}
+	// A Status answer's status is a string.
+	if _, _, ok := stampOf(listItem{Status: []byte(`"Failure"`)}); ok {
+		t.Error("a stamp in a Status")
 	}
 	pod := listItem{Metadata: listMeta{Annotations: map[string]string{annSeq: "3", annTS: "9"}}}
 	if seq, ts, ok := stampOf(pod); seq != "3" || ts != "9" || !ok {
@@ -76,18 +76,18 @@ func TestCRDStamp(t *testing.T) {
 }
 
 // TestCRDOptions: -crd-objects and -crd-per-app make the apps; watcher
-// counts above them are capped (once), and index-apiserver is swept at the
+// counts above the objects are capped (once), and index-apiserver is swept at the
 // prefix.
 func TestCRDOptions(t *testing.T) {
 	o := options{crdObjects: 500, crdPerApp: 10, satTargets: []string{kubeTarget, indexTarget}, satShards: []int{1024}}
-	if err := crdOptions(&o, "5,20,100,200"); err != nil {
+	if err := crdOptions(&o, "5,20,600,700"); err != nil {
 		t.Fatal(err)
 	}
 	if o.apps != 50 || o.podsPerApp != 10 || !o.crd || len(o.satShards) != 0 {
 		t.Errorf("apps %d per app %d crd %v shards %v", o.apps, o.podsPerApp, o.crd, o.satShards)
 	}
-	if !slices.Equal(o.satLabel, []int{5, 20, 50}) {
-		t.Errorf("watchers %v, want [5 20 50]", o.satLabel)
+	if !slices.Equal(o.satLabel, []int{5, 20, 500}) {
+		t.Errorf("watchers %v, want [5 20 500]", o.satLabel)
 	}
 	if o.satTargets[1] != proxyDirectTarget {
 		t.Errorf("targets %v", o.satTargets)

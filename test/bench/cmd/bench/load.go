@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -26,7 +27,8 @@ func podName(a, i int) string      { return appName(a) + "-exec-" + strconv.Itoa
 func createNamespaces(ctx context.Context, s *stackInfo, o options) error {
 	for n := 0; n < o.namespaces; n++ {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-" + strconv.Itoa(n)}}
-		if _, err := s.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		// -smoke's CRD phase reuses the engine's namespaces.
+		if _, err := s.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}

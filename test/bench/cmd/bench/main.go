@@ -57,11 +57,11 @@
 // It writes JSON (-json) and, unless -smoke, adds a Markdown section to the
 // run archive docs/bench/archive.md, newest first (-markdown; the results
 // tables at the top of docs/benchmarks.md are written by hand from those
-// runs) and a PNG next to the JSON. -smoke runs tiny
-// sizes of the engine phases and of each fleet (kube and direct) in under a
-// minute and fails unless every watcher got exactly its events, every
-// client's view equals kube-apiserver's and both servers answer the same
-// LISTs; `make test` runs it.
+// runs) and a PNG next to the JSON. -smoke runs tiny sizes of the engine
+// phases, of each fleet (kube and direct) and of -mode crd in about a
+// minute and a half, and fails unless every watcher got exactly its events,
+// every client's view equals kube-apiserver's and both servers answer the
+// same LISTs; `make test` runs it.
 //
 // Files: main.go (flags, run), stack.go (hack/local-up.sh), load.go, api.go
 // (raw HTTP LIST, URLs), measure.go (CPU and RSS from /proc, percentiles),
@@ -247,7 +247,7 @@ func main() {
 	flag.Float64Var(&o.satMaxRSS, "sat-max-rss-mib", 12*1024, "saturate: ... or its RSS exceeds this")
 	flag.IntVar(&o.crdObjects, "crd-objects", 50000, "crd: SparkApplications loaded (about 4 KB each, with status)")
 	flag.IntVar(&o.crdPerApp, "crd-per-app", 10, "crd: SparkApplications per app label value (what a label LIST returns)")
-	flag.StringVar(&crdWatchers, "crd-watchers", "500,1000,2000,5000", "crd: label watcher counts of the sweep, each on its own app (at most -crd-objects / -crd-per-app)")
+	flag.StringVar(&crdWatchers, "crd-watchers", "1000,2000,5000,10000,20000", "crd: label watcher counts of the sweep, each on its own SparkApplication's app-name label (at most -crd-objects)")
 	flag.Parse()
 	if o.smoke {
 		o.namespaces, o.apps, o.podsPerApp, o.listRequests, o.listClients = 2, 12, 3, 10, 2
@@ -420,6 +420,9 @@ func run(ctx context.Context, o options) int {
 		perr = phases(ctx, s, o, res)
 		if perr == nil && o.smoke {
 			perr = fleetPhases(ctx, s, o, res)
+		}
+		if perr == nil && o.smoke {
+			perr = crdSmoke(ctx, s, o, res)
 		}
 	case "saturate":
 		perr = saturate(ctx, s, o, res)

@@ -207,10 +207,9 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 		w := &watcherState{seen: map[int]int{}, connected: make(chan struct{})}
 		url := prefix + "/" + o.resourcePlural() + "?watch=true&allowWatchBookmarks=true&resourceVersion=" + rv
 		if kind == "label" {
-			app := appName(i)
-			key := o.labelKey()
-			w.accept = func(m listMeta) bool { return m.Labels[key] == app }
-			url += "&labelSelector=" + key + "%3D" + app
+			key, value := watchLabel(o, i)
+			w.accept = func(m listMeta) bool { return m.Labels[key] == value }
+			url += "&labelSelector=" + urlQueryEscape(key+"="+value)
 		} else {
 			r := ranges[i]
 			sel := fmt.Sprintf("shardRange(object.metadata.uid,'%s','%s')", r[0], r[1])
@@ -241,10 +240,7 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 	owner := func(p patchRec) int { return p.app }
 	var pick func(seq int) patchRec
 	if kind == "label" {
-		pick = func(seq int) patchRec {
-			a := seq % n
-			return patchRec{nsOf(o, a), objName(o, a, (seq/n)%o.podsPerApp), a}
-		}
+		pick = func(seq int) patchRec { return watchedObject(o, seq%n, seq/n) }
 	} else {
 		uidOwner := map[string]int{}
 		type pk struct{ ns, name string }
