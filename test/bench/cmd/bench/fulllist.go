@@ -189,7 +189,7 @@ func runFullList(ctx context.Context, s *stackInfo, o options, t target, format 
 		n, wire, compressed, body, err := fullList(ctx, t.client, url, format, gz, i == 0)
 		d := time.Since(t0)
 		if err == nil && i == 0 && n != want {
-			err = fmt.Errorf("%d pods, want %d", n, want)
+			err = fmt.Errorf("%d %s, want %d", n, o.resourcePlural(), want)
 		}
 		if err == nil && !gz && compressed {
 			err = fmt.Errorf("compressed answer to a client that did not accept gzip")
