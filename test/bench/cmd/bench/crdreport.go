@@ -124,6 +124,12 @@ func crdMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 		if k, x := memoryPair(res.Saturation, "label", proxyDirectTarget); k != nil {
 			fmt.Fprintf(&b, "\n- RSS per open label watcher at %d watchers: kube-apiserver %.1f KiB, index-apiserver %.1f KiB; ratio %s.",
 				k.Watchers, k.RSSPerWatcherKiB, x.RSSPerWatcherKiB, ratio(x.RSSPerWatcherKiB, k.RSSPerWatcherKiB))
+			if k.ConnectedLiveMiB > 0 && x.ConnectedLiveMiB > 0 {
+				// RSS follows the GC's pacing (it can fall as watchers
+				// are added); live heap and stacks do not.
+				fmt.Fprintf(&b, " Live heap and goroutine stacks per open watcher: kube-apiserver %.1f KiB, index-apiserver %.1f KiB; ratio %s.",
+					k.LivePerWatcherKiB, x.LivePerWatcherKiB, ratio(x.LivePerWatcherKiB, k.LivePerWatcherKiB))
+			}
 		}
 		b.WriteString("\n")
 		if kb > 0 {
