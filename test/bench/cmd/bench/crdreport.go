@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -119,8 +120,17 @@ func crdMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 			}
 			return "did not fall behind in the sizes run"
 		}
-		fmt.Fprintf(&b, "\n- kube-apiserver: largest sustained %d label watchers (%s).", kb, note(kfell))
-		fmt.Fprintf(&b, "\n- index-apiserver (the prefix, directly): largest sustained %d (%s).", xb, note(xfell))
+		for _, t := range []struct {
+			tgt, name string
+			best      int
+			fell      bool
+		}{{kubeTarget, "kube-apiserver", kb, kfell}, {proxyDirectTarget, "index-apiserver (the prefix, directly)", xb, xfell}} {
+			if !slices.ContainsFunc(res.Saturation, func(st SaturationStep) bool { return st.Target == t.tgt }) {
+				fmt.Fprintf(&b, "\n- %s: not swept in this run (-sat-targets).", t.name)
+				continue
+			}
+			fmt.Fprintf(&b, "\n- %s: largest sustained %d label watchers (%s).", t.name, t.best, note(t.fell))
+		}
 		if k, x := memoryPair(res.Saturation, "label", proxyDirectTarget); k != nil {
 			fmt.Fprintf(&b, "\n- RSS per open label watcher at %d watchers: kube-apiserver %.1f KiB, index-apiserver %.1f KiB; ratio %s.",
 				k.Watchers, k.RSSPerWatcherKiB, x.RSSPerWatcherKiB, ratio(x.RSSPerWatcherKiB, k.RSSPerWatcherKiB))

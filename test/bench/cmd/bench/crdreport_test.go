@@ -50,6 +50,12 @@ func TestCRDMarkdown(t *testing.T) {
 			t.Errorf("no %q in:\n%s", want, md)
 		}
 	}
+	// A sweep of index-apiserver alone says kube-apiserver was not swept.
+	only := *res
+	only.Saturation = res.Saturation[2:]
+	if md := crdMarkdown(&only, options{}, "x.json", ""); !strings.Contains(md, "- kube-apiserver: not swept in this run") || strings.Contains(md, "label watchers sustained") {
+		t.Errorf("index-apiserver's sweep alone:\n%s", md)
+	}
 	if err := writeSaturationPlot(t.TempDir()+"/s.png", res.Saturation); err != nil {
 		t.Error(err)
 	}
