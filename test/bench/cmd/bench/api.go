@@ -25,6 +25,9 @@ type listMeta struct {
 
 type listItem struct {
 	Metadata listMeta `json:"metadata"`
+	// Status, undecoded (a Status answer's is a string): -mode crd's status
+	// patches write their sequence number and send time into it (stampOf).
+	Status json.RawMessage `json:"status"`
 }
 
 type listResp struct {

@@ -381,7 +381,7 @@ func writeSaturationPlot(path string, steps []SaturationStep) error {
 			p.Add(plotter.NewGrid())
 			p.Legend.Top, p.Legend.Left = true, true
 			n := 0
-			for _, tgt := range []string{kubeTarget, indexTarget} {
+			for _, tgt := range []string{kubeTarget, indexTarget, proxyDirectTarget} {
 				var xy plotter.XYs
 				for _, s := range steps {
 					if s.Kind == kind && s.Target == tgt && s.Events > 0 {
@@ -421,41 +421,18 @@ func saturationMarkdown(res *Results, o options, jsonPath, plotPath string) stri
 	if len(res.Failures) > 0 {
 		fmt.Fprintf(&b, " **Failures:** %s.", strings.Join(res.Failures, "; "))
 	}
-	b.WriteString("\n\n| watchers | server | delivery p50 / p99 ms | CPU-s/min | CPU-s/1k events above baseline | RSS MiB | RSS per watcher KiB | live heap and stacks per watcher KiB | missing / dup / unexp | fell behind |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, s := range res.Saturation {
-		fb := "no"
-		if s.FellBehind {
-			fb = "**yes**: " + s.Reason
-		}
-		perWatcher, live := "–", "–"
-		if s.ConnectedRSSMiB > 0 {
-			perWatcher = fmt.Sprintf("%.1f", s.RSSPerWatcherKiB)
-		}
-		if s.ConnectedLiveMiB > 0 {
-			live = fmt.Sprintf("%.1f", s.LivePerWatcherKiB)
-		}
-		fmt.Fprintf(&b, "| %d %s | %s | %.1f / %.1f | %.2f | %.2f | %.0f | %s | %s | %d / %d / %d | %s |\n",
-			s.Watchers, s.Kind, s.Target, s.P50ms, s.P99ms, s.CPUPerMin, s.CPUPer1kAbove, s.RSSMiB, perWatcher, live, s.Missing, s.Duplicated, s.Unexpected, fb)
-	}
+	b.WriteString("\n\n")
+	saturationTable(&b, res.Saturation)
 	for _, kind := range []string{"label", "shard"} {
 		for _, tgt := range []string{kubeTarget, indexTarget} {
-			best, fell := 0, false
-			for _, s := range res.Saturation {
-				if s.Kind == kind && s.Target == tgt {
-					if s.FellBehind {
-						fell = true
-					} else {
-						best = max(best, s.Watchers)
-					}
-				}
-			}
+			best, fell := sustained(res.Saturation, kind, tgt)
 			note := "did not fall behind in the sizes run"
 			if fell {
 				note = "fell behind at the next size"
 			}
 			fmt.Fprintf(&b, "\n- %s, %s watchers: largest sustained %d (%s).", tgt, kind, best, note)
 		}
-		if k, x := memoryPair(res.Saturation, kind); k != nil {
+		if k, x := memoryPair(res.Saturation, kind, indexTarget); k != nil {
 			fmt.Fprintf(&b, "\n- RSS per open %s watcher at %d watchers (RSS with them connected, before any event, less RSS with none): kube-apiserver %.1f KiB, index-apiserver %.1f KiB; ratio %s.",
 				kind, k.Watchers, k.RSSPerWatcherKiB, x.RSSPerWatcherKiB, ratio(x.RSSPerWatcherKiB, k.RSSPerWatcherKiB))
 			if k.ConnectedLiveMiB > 0 && x.ConnectedLiveMiB > 0 {
@@ -476,12 +453,48 @@ func saturationMarkdown(res *Results, o options, jsonPath, plotPath string) stri
 	return b.String()
 }
 
-// memoryPair is both servers' steps of a sweep at the largest watcher count
-// both sustained with their memory measured, or nils.
-func memoryPair(steps []SaturationStep, kind string) (kube, index *SaturationStep) {
+// saturationTable writes the sweep's steps, one row each.
+func saturationTable(b *strings.Builder, steps []SaturationStep) {
+	b.WriteString("| watchers | server | delivery p50 / p99 ms | CPU-s/min | CPU-s/1k events above baseline | RSS MiB | RSS per watcher KiB | live heap and stacks per watcher KiB | missing / dup / unexp | fell behind |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range steps {
+		fb := "no"
+		if s.FellBehind {
+			fb = "**yes**: " + s.Reason
+		}
+		perWatcher, live := "–", "–"
+		if s.ConnectedRSSMiB > 0 {
+			perWatcher = fmt.Sprintf("%.1f", s.RSSPerWatcherKiB)
+		}
+		if s.ConnectedLiveMiB > 0 {
+			live = fmt.Sprintf("%.1f", s.LivePerWatcherKiB)
+		}
+		fmt.Fprintf(b, "| %d %s | %s | %.1f / %.1f | %.2f | %.2f | %.0f | %s | %s | %d / %d / %d | %s |\n",
+			s.Watchers, s.Kind, s.Target, s.P50ms, s.P99ms, s.CPUPerMin, s.CPUPer1kAbove, s.RSSMiB, perWatcher, live, s.Missing, s.Duplicated, s.Unexpected, fb)
+	}
+}
+
+// sustained is the largest watcher count of kind that tgt sustained in the
+// sweep, and whether it fell behind at a larger one.
+func sustained(steps []SaturationStep, kind, tgt string) (best int, fell bool) {
+	for _, s := range steps {
+		if s.Kind == kind && s.Target == tgt {
+			if s.FellBehind {
+				fell = true
+			} else {
+				best = max(best, s.Watchers)
+			}
+		}
+	}
+	return best, fell
+}
+
+// memoryPair is kube-apiserver's and indexTgt's (the target index-apiserver
+// was swept as) steps of a sweep at the largest watcher count both
+// sustained with their memory measured, or nils.
+func memoryPair(steps []SaturationStep, kind, indexTgt string) (kube, index *SaturationStep) {
 	for i := range steps {
 		x := &steps[i]
-		if x.Kind != kind || x.Target != indexTarget || x.FellBehind || x.ConnectedRSSMiB == 0 || (index != nil && x.Watchers < index.Watchers) {
+		if x.Kind != kind || x.Target != indexTgt || x.FellBehind || x.ConnectedRSSMiB == 0 || (index != nil && x.Watchers < index.Watchers) {
 			continue
 		}
 		for j := range steps {

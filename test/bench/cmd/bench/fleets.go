@@ -25,7 +25,7 @@ func fleetPhases(ctx context.Context, s *stackInfo, o options, res *Results) err
 	}
 	if res.FleetBackground > 0 && !o.smoke {
 		time.Sleep(2 * time.Second)
-		m.record(s, res, res.FleetBackground)
+		m.record(ctx, s, res, res.FleetBackground)
 	}
 	return nil
 }

@@ -59,6 +59,12 @@ type FullListResult struct {
 // fullListTargets: kube-apiserver, index-apiserver's group directly, and
 // the core view under the cluster proxy prefix directly.
 func fullListTargets(s *stackInfo, o options) []target {
+	if o.crd {
+		return []target{
+			{kubeTarget, s.kubeHTTP, s.kubeURL + crdAPI},
+			{proxyDirectTarget, s.indexHTTP, s.indexURL + clusterProxyPrefix + crdAPI},
+		}
+	}
 	ts := []target{
 		{kubeTarget, s.kubeHTTP, s.kubeURL + "/api/v1"},
 		{indexTarget, s.indexHTTP, s.indexURL + indexGroup},
@@ -103,8 +109,12 @@ func fullListPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 			res.Failures = append(res.Failures, fmt.Sprintf("full LIST rv=%s %s gzip=%v on %s: %d errors (first: %s)", r.RV, r.Format, r.Gzip, r.Target, r.Errors, r.FirstError))
 		}
 	}
+	formats := []string{"json", "protobuf"}
+	if o.crd {
+		formats = formats[:1] // kube-apiserver serves custom resources in JSON (and YAML) only
+	}
 	for _, rv := range []string{"0", "consistent"} {
-		for _, format := range []string{"json", "protobuf"} {
+		for _, format := range formats {
 			for _, gz := range []bool{false, true} {
 				for _, t := range fullListTargets(s, o) {
 					if ctx.Err() != nil {
@@ -165,7 +175,7 @@ func contentTypeOf(format string) string {
 // measured too), else 0.
 func runFullList(ctx context.Context, s *stackInfo, o options, t target, format string, gz bool, rv string, want, floorPID int) (FullListResult, []byte) {
 	r := FullListResult{Target: t.name, Format: format, Gzip: gz, RV: rv, Pods: want, Requests: o.fullListRequests}
-	url := t.prefix + "/pods"
+	url := t.prefix + "/" + o.resourcePlural()
 	if t.name == wireFloorTarget {
 		url = t.prefix + "/pods-" + format // one body: the floor has no resourceVersions
 	} else if rv == "0" {
@@ -179,7 +189,7 @@ func runFullList(ctx context.Context, s *stackInfo, o options, t target, format 
 		n, wire, compressed, body, err := fullList(ctx, t.client, url, format, gz, i == 0)
 		d := time.Since(t0)
 		if err == nil && i == 0 && n != want {
-			err = fmt.Errorf("%d pods, want %d", n, want)
+			err = fmt.Errorf("%d %s, want %d", n, o.resourcePlural(), want)
 		}
 		if err == nil && !gz && compressed {
 			err = fmt.Errorf("compressed answer to a client that did not accept gzip")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -22,15 +23,55 @@ func podName(a, i int) string      { return appName(a) + "-exec-" + strconv.Itoa
 
 // ---- load ----
 
-func load(ctx context.Context, s *stackInfo, o options, res *Results) error {
+// createNamespaces creates the namespaces the apps are spread over.
+func createNamespaces(ctx context.Context, s *stackInfo, o options) error {
 	for n := 0; n < o.namespaces; n++ {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-" + strconv.Itoa(n)}}
-		if _, err := s.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		// -smoke's CRD phase reuses the engine's namespaces.
+		if _, err := s.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
+	return nil
+}
+
+func load(ctx context.Context, s *stackInfo, o options, res *Results) error {
+	if err := createNamespaces(ctx, s, o); err != nil {
+		return err
+	}
+	return loadObjects(ctx, o, res, func(ctx context.Context, a, i int) error {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: podName(a, i), Namespace: nsOf(o, a),
+				Labels: map[string]string{appLabel: appName(a), "spark-role": "executor"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "executor", Image: "registry.example/spark:4.0"}},
+				RestartPolicy: corev1.RestartPolicyNever},
+		}
+		if o.realistic {
+			p = sparkExecutorPod(nsOf(o, a), a, "", "", i+1, nodeName((a*o.podsPerApp+i)%100))
+			p.Name = podName(a, i)
+			p.Labels[appLabel] = appName(a)
+		}
+		var err error
+		for try := 0; try < 5; try++ {
+			if _, err = s.client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err == nil {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err == nil && o.realistic {
+			// The kubelet's status.
+			body, _ := json.Marshal(map[string]any{"status": runningStatus(p, a*o.podsPerApp+i, 0)})
+			_, err = s.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status")
+		}
+		return err
+	})
+}
+
+// loadObjects makes o.apps × o.podsPerApp objects with create(a, i), from
+// o.loadWorkers workers, and records the load in res.
+func loadObjects(ctx context.Context, o options, res *Results, create func(ctx context.Context, a, i int) error) error {
 	total := o.apps * o.podsPerApp
-	logf("creating %d pods (%d apps × %d in %d namespaces)", total, o.apps, o.podsPerApp, o.namespaces)
+	logf("creating %d %s (%d apps × %d in %d namespaces)", total, o.resourcePlural(), o.apps, o.podsPerApp, o.namespaces)
 	start := time.Now()
 	jobs := make(chan [2]int)
 	var firstErr error
@@ -42,35 +83,11 @@ func load(ctx context.Context, s *stackInfo, o options, res *Results) error {
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				a, i := j[0], j[1]
-				p := &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Name: podName(a, i), Namespace: nsOf(o, a),
-						Labels: map[string]string{appLabel: appName(a), "spark-role": "executor"}},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "executor", Image: "registry.example/spark:4.0"}},
-						RestartPolicy: corev1.RestartPolicyNever},
-				}
-				if o.realistic {
-					p = sparkExecutorPod(nsOf(o, a), a, "", "", i+1, nodeName((a*o.podsPerApp+i)%100))
-					p.Name = podName(a, i)
-					p.Labels[appLabel] = appName(a)
-				}
-				var err error
-				for try := 0; try < 5; try++ {
-					if _, err = s.client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err == nil {
-						break
-					}
-					time.Sleep(200 * time.Millisecond)
-				}
-				if err == nil && o.realistic {
-					// The kubelet's status.
-					body, _ := json.Marshal(map[string]any{"status": runningStatus(p, a*o.podsPerApp+i, 0)})
-					_, err = s.client.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status")
-				}
-				if err != nil {
+				if err := create(ctx, j[0], j[1]); err != nil {
 					errOnce.Do(func() { firstErr = err })
 				}
 				if n := done.Add(1); n%5000 == 0 {
-					logf("  %d pods", n)
+					logf("  %d %s", n, o.resourcePlural())
 				}
 			}
 		}()
@@ -95,7 +112,7 @@ feed:
 	}
 	d := time.Since(start).Seconds()
 	res.Load = Load{Namespaces: o.namespaces, Apps: o.apps, PodsPerApp: o.podsPerApp, Pods: total, Seconds: d, PodsPerSec: float64(total) / d}
-	logf("created %d pods in %.1fs (%.0f/s)", total, d, float64(total)/d)
+	logf("created %d %s in %.1fs (%.0f/s)", total, o.resourcePlural(), d, float64(total)/d)
 	return nil
 }
 
@@ -108,16 +125,22 @@ func waitIndexed(ctx context.Context, s *stackInfo, o options) error {
 // lets both caches settle and the GC run, and records both servers' RSS
 // growth per pod.
 func loadAndSettle(ctx context.Context, s *stackInfo, o options, res *Results) error {
-	m := markRSS(s)
-	if err := load(ctx, s, o, res); err != nil {
-		return fmt.Errorf("loading pods: %w", err)
+	m := markRSS(s).withLive(ctx, s)
+	load, wait := load, func() error { return waitIndexed(ctx, s, o) }
+	if o.crd {
+		load, wait = loadCRD, func() error { return waitCRDCached(ctx, s, o.apps*o.podsPerApp) }
 	}
-	if err := waitIndexed(ctx, s, o); err != nil {
+	if err := load(ctx, s, o, res); err != nil {
+		return fmt.Errorf("loading %s: %w", o.resourcePlural(), err)
+	}
+	if err := wait(); err != nil {
 		return err
 	}
 	time.Sleep(3 * time.Second)
-	m.record(s, res, res.Load.Pods)
-	logf("RSS after loading %d pods: kube-apiserver %.0f MiB (+%.0f), index-apiserver %.0f MiB (+%.0f)",
-		res.Load.Pods, res.RSS[0].LoadedMiB, res.RSS[0].LoadedMiB-m.kube, res.RSS[1].LoadedMiB, res.RSS[1].LoadedMiB-m.index)
+	m.record(ctx, s, res, res.Load.Pods)
+	k, x := res.RSS[0], res.RSS[1]
+	logf("RSS after loading %d %s: kube-apiserver %.0f MiB (+%.0f), index-apiserver %.0f MiB (+%.0f); live heap and stacks: kube-apiserver %.0f MiB (+%.0f), index-apiserver %.0f MiB (+%.0f)",
+		res.Load.Pods, o.resourcePlural(), k.LoadedMiB, k.LoadedMiB-k.EmptyMiB, x.LoadedMiB, x.LoadedMiB-x.EmptyMiB,
+		k.LoadedLiveMiB, k.LoadedLiveMiB-k.EmptyLiveMiB, x.LoadedLiveMiB, x.LoadedLiveMiB-x.EmptyLiveMiB)
 	return nil
 }

@@ -45,6 +45,11 @@
 // latency, and exact accounting of every client's events plus its final
 // view against kube-apiserver's (labelfleet.go, sharded.go, ledger.go).
 //
+// crd: a SparkApplication-like custom resource (-crd-objects, about 4 KB
+// each) cached through an IndexPolicy and read under the cluster proxy
+// prefix: memory per object, label and full LISTs, and the label watcher
+// sweep, against kube-apiserver (crd.go).
+//
 // saturate: realistic pods (-sat-pods), then label watchers
 // (-sat-label-watchers) and shard watchers (-sat-shard-watchers) raised on
 // each server until it falls behind (saturate.go).
@@ -52,11 +57,11 @@
 // It writes JSON (-json) and, unless -smoke, adds a Markdown section to the
 // run archive docs/bench/archive.md, newest first (-markdown; the results
 // tables at the top of docs/benchmarks.md are written by hand from those
-// runs) and a PNG next to the JSON. -smoke runs tiny
-// sizes of the engine phases and of each fleet (kube and direct) in under a
-// minute and fails unless every watcher got exactly its events, every
-// client's view equals kube-apiserver's and both servers answer the same
-// LISTs; `make test` runs it.
+// runs) and a PNG next to the JSON. -smoke runs tiny sizes of the engine
+// phases, of each fleet (kube and direct) and of -mode crd in about a
+// minute and a half, and fails unless every watcher got exactly its events,
+// every client's view equals kube-apiserver's and both servers answer the
+// same LISTs; `make test` runs it.
 //
 // Files: main.go (flags, run), stack.go (hack/local-up.sh), load.go, api.go
 // (raw HTTP LIST, URLs), measure.go (CPU and RSS from /proc, percentiles),
@@ -73,6 +78,7 @@
 //	go run ./test/bench/cmd/bench                          # 50k pods, 3 rounds (~20 min)
 //	go run ./test/bench/cmd/bench -apps 500 -repeat 1      # 10k pods, one round
 //	go run ./test/bench/cmd/bench -mode fleets -spark-drivers 100,500 -flink-jobs 100 -sharded-replicas 16,1024
+//	go run ./test/bench/cmd/bench -mode crd -crd-objects 50000 -crd-watchers 500,1000,2000,5000
 //	go run ./test/bench/cmd/bench -mode saturate -sat-pods 20000 -sat-label-watchers 1000,2000,5000,10000 -sat-shard-watchers 1024,4096
 package main
 
@@ -174,6 +180,12 @@ type options struct {
 	satPods    int
 	satP99     time.Duration
 	satMaxRSS  float64
+
+	// crd (-mode crd, crd.go): the phases read and patch SparkApplications
+	// under the cluster proxy prefix instead of pods.
+	crd        bool
+	crdObjects int
+	crdPerApp  int
 }
 
 func main() {
@@ -185,7 +197,7 @@ func main() {
 		return
 	}
 	var o options
-	var watchers, shards, ways, sparkDrivers, flinkJobs, shardedReplicas, satLabel, satShards, satTargets string
+	var watchers, shards, ways, sparkDrivers, flinkJobs, shardedReplicas, satLabel, satShards, satTargets, crdWatchers string
 	flag.BoolVar(&o.smoke, "smoke", false, "tiny sizes (< 1 min); fail on any lost, duplicated or unexpected event or differing LIST; writes no docs")
 	flag.IntVar(&o.namespaces, "namespaces", 10, "namespaces the apps are spread over")
 	flag.IntVar(&o.apps, "apps", 2500, "apps (spark-app-selector=app-N)")
@@ -233,6 +245,9 @@ func main() {
 	flag.IntVar(&o.satPods, "sat-pods", 150000, "saturate: realistic pods loaded")
 	flag.DurationVar(&o.satP99, "sat-p99", time.Second, "saturate: a server has fallen behind when its delivery p99 exceeds this (or it loses an event)")
 	flag.Float64Var(&o.satMaxRSS, "sat-max-rss-mib", 12*1024, "saturate: ... or its RSS exceeds this")
+	flag.IntVar(&o.crdObjects, "crd-objects", 50000, "crd: SparkApplications loaded (about 4 KB each, with status)")
+	flag.IntVar(&o.crdPerApp, "crd-per-app", 10, "crd: SparkApplications per app label value (what a label LIST returns)")
+	flag.StringVar(&crdWatchers, "crd-watchers", "1000,2000,5000,10000,20000", "crd: label watcher counts of the sweep, each on its own SparkApplication's app-name label (at most -crd-objects)")
 	flag.Parse()
 	if o.smoke {
 		o.namespaces, o.apps, o.podsPerApp, o.listRequests, o.listClients = 2, 12, 3, 10, 2
@@ -273,7 +288,7 @@ func main() {
 		}
 	}
 	switch o.mode {
-	case "engine", "fleets", "saturate":
+	case "engine", "fleets", "saturate", "crd":
 	case "spark":
 		o.flinkJobs, o.shardedReplicas = nil, nil
 	case "flink":
@@ -281,7 +296,7 @@ func main() {
 	case "sharded":
 		o.sparkDrivers, o.flinkJobs = nil, nil
 	default:
-		fail(fmt.Errorf("-mode %q: engine, spark, flink, sharded, fleets or saturate", o.mode))
+		fail(fmt.Errorf("-mode %q: engine, spark, flink, sharded, fleets, saturate or crd", o.mode))
 	}
 	for _, t := range strings.Split(satTargets, ",") {
 		switch t = strings.TrimSpace(t); t {
@@ -299,6 +314,12 @@ func main() {
 			o.apps = max(o.apps, n)
 		}
 		o.podsPerApp = max(1, o.satPods/o.apps)
+		watchers, shards = "", ""
+	}
+	if o.mode == "crd" {
+		if err := crdOptions(&o, crdWatchers); err != nil {
+			fail(err)
+		}
 		watchers, shards = "", ""
 	}
 	if o.mode != "engine" && o.mode != "saturate" {
@@ -400,8 +421,13 @@ func run(ctx context.Context, o options) int {
 		if perr == nil && o.smoke {
 			perr = fleetPhases(ctx, s, o, res)
 		}
+		if perr == nil && o.smoke {
+			perr = crdSmoke(ctx, s, o, res)
+		}
 	case "saturate":
 		perr = saturate(ctx, s, o, res)
+	case "crd":
+		perr = crdPhases(ctx, s, o, res)
 	default:
 		perr = fleetPhases(ctx, s, o, res)
 	}

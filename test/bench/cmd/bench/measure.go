@@ -97,21 +97,41 @@ func pct(d []time.Duration, p int) float64 {
 	return float64(c[i-1].Microseconds()) / 1000
 }
 
-// rssMark is both servers' RSS before pods are loaded.
-type rssMark struct{ kube, index float64 }
+// rssMark is both servers' RSS before objects are loaded and, where
+// measured (withLive), their live heap and stacks (liveMiB).
+type rssMark struct{ kube, index, kubeLive, indexLive float64 }
 
-func markRSS(s *stackInfo) rssMark { return rssMark{rssMiB(s.kubePID), rssMiB(s.indexPID)} }
+func markRSS(s *stackInfo) rssMark {
+	return rssMark{kube: rssMiB(s.kubePID), index: rssMiB(s.indexPID)}
+}
+
+// withLive adds both servers' live heap and stacks to m (after its RSS: the
+// forced collection does not touch the RSS read).
+func (m rssMark) withLive(ctx context.Context, s *stackInfo) rssMark {
+	m.kubeLive, m.indexLive = liveMiB(ctx, s.kubeHTTP, s.kubeURL), liveMiB(ctx, s.indexHTTP, s.indexURL)
+	return m
+}
 
 // record appends both servers' RSS now, and its growth since m per 10k of
-// the pods loaded meanwhile, to res.
-func (m rssMark) record(s *stackInfo, res *Results, pods int) {
-	n := float64(pods)
+// the objects loaded meanwhile, to res; and the same of live heap and
+// stacks when m has them.
+func (m rssMark) record(ctx context.Context, s *stackInfo, res *Results, objects int) {
+	n := float64(objects)
 	for _, t := range []struct {
 		name       string
 		empty, now float64
-	}{{kubeTarget, m.kube, rssMiB(s.kubePID)}, {indexTarget, m.index, rssMiB(s.indexPID)}} {
-		res.RSS = append(res.RSS, RSSResult{Target: t.name, EmptyMiB: t.empty, LoadedMiB: t.now,
-			Per10kMiB: t.now / n * 10000, DeltaPer10k: (t.now - t.empty) / n * 10000})
+		emptyLive  float64
+		c          *http.Client
+		url        string
+	}{{kubeTarget, m.kube, rssMiB(s.kubePID), m.kubeLive, s.kubeHTTP, s.kubeURL}, {indexTarget, m.index, rssMiB(s.indexPID), m.indexLive, s.indexHTTP, s.indexURL}} {
+		r := RSSResult{Target: t.name, EmptyMiB: t.empty, LoadedMiB: t.now,
+			Per10kMiB: t.now / n * 10000, DeltaPer10k: (t.now - t.empty) / n * 10000}
+		if t.emptyLive > 0 {
+			if live := liveMiB(ctx, t.c, t.url); live > 0 {
+				r.EmptyLiveMiB, r.LoadedLiveMiB, r.LiveDeltaPer10k = t.emptyLive, live, (live-t.emptyLive)/n*10000
+			}
+		}
+		res.RSS = append(res.RSS, r)
 	}
 }
 

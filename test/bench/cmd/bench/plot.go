@@ -22,6 +22,8 @@ var serverColors = map[string]color.Color{
 	kubeTarget:       color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
 	indexTarget:      color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 	aggregatorTarget: color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
+	// -mode crd sweeps index-apiserver as the prefix at it.
+	proxyDirectTarget: color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 }
 
 // writePlot draws, side by side, the marginal CPU per 1k events against the

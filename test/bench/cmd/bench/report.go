@@ -51,7 +51,9 @@ func writeResults(o options, res *Results) error {
 		logf("wrote %s", png)
 	}
 	fullListPNG := ""
-	if len(res.FullLists) > 0 && !o.smoke {
+	// -mode crd's full LISTs are in its tables (the plot's targets are
+	// issue 20's, for pods).
+	if len(res.FullLists) > 0 && !o.smoke && o.mode != "crd" {
 		fullListPNG = strings.TrimSuffix(out, ".json") + "-fulllist.png"
 		if err := writeFullListPlot(fullListPNG, res.FullLists); err != nil {
 			return fmt.Errorf("plot: %w", err)
@@ -82,6 +84,8 @@ func writeResults(o options, res *Results) error {
 		}
 	case "saturate":
 		md = saturationMarkdown(res, o, out, rel)
+	case "crd":
+		md = crdMarkdown(res, o, out, rel)
 	default:
 		md = fleetMarkdown(res, o, out, rel)
 	}

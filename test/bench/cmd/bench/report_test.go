@@ -39,6 +39,13 @@ func TestMarkdownTables(t *testing.T) {
 			t.Errorf("no table %q:\n%s", want, md)
 		}
 	}
+	checkTables(t, "engine", md)
+}
+
+// checkTables fails t for each Markdown table row of md with another
+// number of cells than its header.
+func checkTables(t *testing.T, name, md string) {
+	t.Helper()
 	cells := -1
 	for _, l := range strings.Split(md, "\n") {
 		if !strings.HasPrefix(l, "|") {
@@ -49,7 +56,7 @@ func TestMarkdownTables(t *testing.T) {
 		if cells < 0 {
 			cells = n
 		} else if n != cells {
-			t.Errorf("row with %d cells under a header with %d: %s", n-1, cells-1, l)
+			t.Errorf("%s: row with %d cells under a header with %d: %s", name, n-1, cells-1, l)
 		}
 	}
 }
@@ -65,19 +72,7 @@ func TestFleetAndSaturationMarkdown(t *testing.T) {
 		{Workload: "sharded", Size: 16, Way: wayAggProxy},
 	}, Saturation: []SaturationStep{{Kind: "label", Target: kubeTarget, Watchers: 1000}, {Kind: "shard", Target: indexTarget, Watchers: 1024, FellBehind: true, Reason: "p99"}}}
 	for name, md := range map[string]string{"fleet": fleetMarkdown(res, options{}, "x.json", ""), "saturation": saturationMarkdown(res, options{}, "x.json", "")} {
-		cells := -1
-		for _, l := range strings.Split(md, "\n") {
-			if !strings.HasPrefix(l, "|") {
-				cells = -1
-				continue
-			}
-			n := strings.Count(l, "|")
-			if cells < 0 {
-				cells = n
-			} else if n != cells {
-				t.Errorf("%s: row with %d cells under a header with %d: %s", name, n-1, cells-1, l)
-			}
-		}
+		checkTables(t, name, md)
 	}
 	dir := t.TempDir()
 	if err := writeFleetPlot(dir+"/f.png", res.Fleets); err != nil {

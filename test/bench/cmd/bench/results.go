@@ -119,4 +119,9 @@ type RSSResult struct {
 	LoadedMiB   float64 `json:"loadedMiB"`
 	Per10kMiB   float64 `json:"loadedMiBPer10kPods"`
 	DeltaPer10k float64 `json:"deltaMiBPer10kPods"`
+	// Live heap and goroutine stacks after a forced GC (liveMiB), before
+	// and after the load, and the growth per 10k objects (0: not measured).
+	EmptyLiveMiB    float64 `json:"emptyLiveMiB,omitempty"`
+	LoadedLiveMiB   float64 `json:"loadedLiveMiB,omitempty"`
+	LiveDeltaPer10k float64 `json:"liveDeltaMiBPer10k,omitempty"`
 }

@@ -88,6 +88,14 @@ func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error 
 	} else {
 		logf("wrote index-apiserver's heap profile to %s", heap)
 	}
+	return sweep(ctx, s, o, res)
+}
+
+// sweep measures a zero-watcher baseline, then raises the label and shard
+// watchers on each of o.satTargets (kube-apiserver; index-apiserver's
+// group, or in -mode crd the cluster proxy prefix at index-apiserver) until
+// it falls behind.
+func sweep(ctx context.Context, s *stackInfo, o options, res *Results) error {
 	b, err := baseline(ctx, s, o)
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
@@ -100,7 +108,7 @@ func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error 
 	}{{"label", o.satLabel}, {"shard", o.satShards}} {
 		for _, tgt := range o.satTargets {
 			pid, c, base := s.kubePID, s.kubeHTTP, s.kubeURL
-			if tgt == indexTarget {
+			if tgt != kubeTarget {
 				pid, c, base = s.indexPID, s.indexHTTP, s.indexURL
 			}
 			idle, idleLive := rssMiB(pid), liveMiB(ctx, c, base)
@@ -122,7 +130,7 @@ func saturate(ctx context.Context, s *stackInfo, o options, res *Results) error 
 					st.CPUPerMin = r.ServerCPUPer1k * float64(o.patchRate) * 60 / 1000
 					st.Missing, st.Duplicated, st.Unexpected, st.WatchErrors = r.Missing, r.Duplicated, r.Unexpected, r.WatchErrors
 					st.RSSMiB, st.ConnectedRSSMiB, st.ConnectedLiveMiB = r.KubeRSSMiB, r.KubeConnectedRSSMiB, r.KubeConnectedLiveMiB
-					if tgt == indexTarget {
+					if tgt != kubeTarget {
 						st.RSSMiB, st.ConnectedRSSMiB, st.ConnectedLiveMiB = r.IndexRSSMiB, r.IndexConnectedRSSMiB, r.IndexConnectedLiveMiB
 					}
 					st.RSSPerWatcherKiB = (st.ConnectedRSSMiB - idle) * 1024 / float64(n)

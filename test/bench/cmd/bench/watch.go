@@ -12,9 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // ---- watch ----
@@ -24,7 +21,7 @@ type patchRec struct {
 	app      int
 }
 
-// patcher patches pods of apps [0, apps) round robin at o.patchRate for
+// patcher patches objects (pods, or -mode crd's SparkApplications) of apps [0, apps) round robin at o.patchRate for
 // o.patchDuration; each patch carries its sequence number and send time.
 // It returns the patches made (by sequence number) and the error count.
 func patcher(ctx context.Context, s *stackInfo, o options, apps int, pick func(seq int) patchRec) (map[int]patchRec, int) {
@@ -39,9 +36,7 @@ func patcher(ctx context.Context, s *stackInfo, o options, apps int, pick func(s
 			defer wg.Done()
 			for seq := range jobs {
 				p := pick(seq)
-				body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, annSeq, strconv.Itoa(seq), annTS, strconv.FormatInt(time.Now().UnixNano(), 10))
-				_, err := s.client.CoreV1().Pods(p.ns).Patch(ctx, p.name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
-				if err != nil {
+				if err := patchObject(ctx, s, o, p, seq); err != nil {
 					errs.Add(1)
 					continue
 				}
@@ -73,7 +68,7 @@ func baseline(ctx context.Context, s *stackInfo, o options) (*CPUPhase, error) {
 	t0 := time.Now()
 	sent, errs := patcher(ctx, s, o, apps, func(seq int) patchRec {
 		a := seq % apps
-		return patchRec{nsOf(o, a), podName(a, (seq/apps)%o.podsPerApp), a}
+		return patchRec{nsOf(o, a), objName(o, a, (seq/apps)%o.podsPerApp), a}
 	})
 	time.Sleep(400 * time.Millisecond) // let index-apiserver ingest the tail (watch phases wait about as long)
 	k1, i1 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID)
@@ -100,8 +95,9 @@ type watcherState struct {
 	connected chan struct{}
 }
 
-// run reads the watch; each MODIFIED event of an accepted pod counts under
-// the patch sequence number it carries, anything else is unexpected.
+// run reads the watch; each MODIFIED event of an accepted object counts
+// under the patch sequence number it carries (stampOf), anything else is
+// unexpected.
 func (w *watcherState) run(ctx context.Context, c *http.Client, url string) {
 	err := streamWatch(ctx, c, url, func(err error) {
 		w.err = err
@@ -113,14 +109,14 @@ func (w *watcherState) run(ctx context.Context, c *http.Client, url string) {
 		m := ev.Object.Metadata
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		seqS, ok := m.Annotations[annSeq]
+		seqS, tsS, ok := stampOf(ev.Object)
 		seq, err := strconv.Atoi(seqS)
 		if ev.Type != "MODIFIED" || !ok || err != nil || !w.accept(m) {
 			w.unexpect++
 			return
 		}
 		w.seen[seq]++
-		if ts, err := strconv.ParseInt(m.Annotations[annTS], 10, 64); err == nil {
+		if ts, err := strconv.ParseInt(tsS, 10, 64); err == nil {
 			w.lat = append(w.lat, now.Sub(time.Unix(0, ts)))
 			if now.Sub(time.Unix(0, ts)) > slowDelivery {
 				w.slow = append(w.slow, time.Unix(0, ts))
@@ -153,18 +149,24 @@ func shardRanges(n int) [][2]string {
 
 func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, n int, b *CPUPhase) (*WatchResult, error) {
 	logf("%s watch on %s: %d watchers, %d patches/s for %v", kind, tgt, n, o.patchRate, o.patchDuration)
-	prefix, pids, baseCPU, cfg := s.kubeURL+"/api/v1", []int{s.kubePID}, b.KubeCPUPer1k, s.kubeCfg
+	prefix, pids, baseCPU, cfg := s.kubeURL+o.kubeAPI(), []int{s.kubePID}, b.KubeCPUPer1k, s.kubeCfg
+	switch tgt {
+	case indexTarget, aggregatorTarget:
+		if o.crd {
+			return nil, fmt.Errorf("%s serves no %s outside the cluster proxy prefix", tgt, crdResource)
+		}
+	}
 	switch tgt {
 	case indexTarget:
 		prefix, pids, baseCPU, cfg = s.indexURL+indexGroup, []int{s.indexPID}, b.IndexCPUPer1k, s.indexCfg
 	case aggregatorTarget:
 		prefix, pids, baseCPU = s.kubeURL+indexGroup, []int{s.kubePID, s.indexPID}, b.KubeCPUPer1k+b.IndexCPUPer1k
 	case proxyAggregatorTarget:
-		prefix, pids, baseCPU = s.kubeURL+clusterProxyPrefix+"/api/v1", []int{s.kubePID, s.indexPID}, b.KubeCPUPer1k+b.IndexCPUPer1k
+		prefix, pids, baseCPU = s.kubeURL+clusterProxyPrefix+o.kubeAPI(), []int{s.kubePID, s.indexPID}, b.KubeCPUPer1k+b.IndexCPUPer1k
 	case proxyDirectTarget:
 		// Served by index-apiserver alone; kube-apiserver's share is in the
 		// per-process columns.
-		prefix, pids, baseCPU, cfg = s.indexURL+clusterProxyPrefix+"/api/v1", []int{s.kubePID, s.indexPID}, b.KubeCPUPer1k+b.IndexCPUPer1k, s.indexCfg
+		prefix, pids, baseCPU, cfg = s.indexURL+clusterProxyPrefix+o.kubeAPI(), []int{s.kubePID, s.indexPID}, b.KubeCPUPer1k+b.IndexCPUPer1k, s.indexCfg
 	}
 	cpu := func() float64 {
 		sum := 0.0
@@ -176,7 +178,7 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 	// A consistent list gives the starting resourceVersion (and, for shard
 	// watches, every pod's uid; label watches need only the
 	// resourceVersion, which a one-item page carries as well).
-	listURL := s.kubeURL + "/api/v1/pods"
+	listURL := s.kubeURL + o.kubeAPI() + "/" + o.resourcePlural()
 	if kind == "label" {
 		listURL += "?limit=1"
 	}
@@ -203,11 +205,11 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 			clients = append(clients, c)
 		}
 		w := &watcherState{seen: map[int]int{}, connected: make(chan struct{})}
-		url := prefix + "/pods?watch=true&allowWatchBookmarks=true&resourceVersion=" + rv
+		url := prefix + "/" + o.resourcePlural() + "?watch=true&allowWatchBookmarks=true&resourceVersion=" + rv
 		if kind == "label" {
-			app := appName(i)
-			w.accept = func(m listMeta) bool { return m.Labels[appLabel] == app }
-			url += "&labelSelector=" + appLabel + "%3D" + app
+			key, value := watchLabel(o, i)
+			w.accept = func(m listMeta) bool { return m.Labels[key] == value }
+			url += "&labelSelector=" + urlQueryEscape(key+"="+value)
 		} else {
 			r := ranges[i]
 			sel := fmt.Sprintf("shardRange(object.metadata.uid,'%s','%s')", r[0], r[1])
@@ -238,10 +240,7 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 	owner := func(p patchRec) int { return p.app }
 	var pick func(seq int) patchRec
 	if kind == "label" {
-		pick = func(seq int) patchRec {
-			a := seq % n
-			return patchRec{nsOf(o, a), podName(a, (seq/n)%o.podsPerApp), a}
-		}
+		pick = func(seq int) patchRec { return watchedObject(o, seq%n, seq/n) }
 	} else {
 		uidOwner := map[string]int{}
 		type pk struct{ ns, name string }
