@@ -101,6 +101,7 @@ soak: binaries build
 
 ## bench: side-by-side benchmark against kube-apiserver (test/bench/cmd/bench; 50k pods, 3 rounds by
 ##        default, about 25 minutes; BENCH_FLAGS="-apps 500 -repeat 1" for a quick 10k-pod run);
+##        BENCH_FLAGS="-mode crd": a SparkApplication-like CRD fleet (issue 30);
 ##        JSON and PNG in docs/bench/, the run's tables in docs/bench/archive.md (newest first; docs/benchmarks.md holds the results)
 BENCH_FLAGS ?=
 bench: binaries build
