@@ -692,14 +692,7 @@ func (d *fakeDynamic) restart(res string) *fakeCache {
 func TestControllerAppliesToACacheStartedAgain(t *testing.T) {
 	client := newPolicyClient(newPolicy("w", "widgets.example.com", []string{"app"}, nil))
 	dyn := &fakeDynamic{caches: map[string]*fakeCache{}}
-	c, err := New(Config{Client: client, Caches: map[string]IndexSetter{}, Dynamic: dyn, Options: testOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go c.Run(ctx)
-	h := &harness{t: t, client: client}
+	c, h, ctx := runDynamic(t, client, dyn)
 	h.waitStatus("w", metav1.ConditionTrue, metav1.ConditionTrue)
 	again := dyn.restart("widgets.example.com")
 	c.Resync()
@@ -720,17 +713,23 @@ func TestControllerRetriesACacheThatCouldNotStart(t *testing.T) {
 	startRetry = 100 * time.Millisecond
 	client := newPolicyClient(newPolicy("w", "widgets.example.com", []string{"app"}, nil))
 	dyn := &fakeDynamic{caches: map[string]*fakeCache{}, startErr: errors.New("kube-apiserver serves no resource widgets.example.com")}
-	c, err := New(Config{Client: client, Caches: map[string]IndexSetter{}, Dynamic: dyn, Options: testOptions()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go c.Run(ctx)
-	h := &harness{t: t, client: client}
+	_, h, _ := runDynamic(t, client, dyn)
 	h.waitStatus("w", metav1.ConditionTrue, metav1.ConditionFalse)
 	dyn.mu.Lock()
 	dyn.startErr = nil
 	dyn.mu.Unlock()
 	h.waitStatus("w", metav1.ConditionTrue, metav1.ConditionTrue)
+}
+
+// runDynamic runs a controller with only dyn's caches until the test ends.
+func runDynamic(t *testing.T, client *fake.Clientset, dyn *fakeDynamic) (*Controller, *harness, context.Context) {
+	t.Helper()
+	c, err := New(Config{Client: client, Caches: map[string]IndexSetter{}, Dynamic: dyn, Options: testOptions()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go c.Run(ctx)
+	return c, &harness{t: t, client: client}, ctx
 }
