@@ -98,7 +98,7 @@ func TestRouting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := CoreCached(inner.Method, inner.URL.Path, info); got != c.cached {
+		if got := served(CoreCached, inner.Method, inner.URL.Path, info); got != c.cached {
 			t.Errorf("%s %s: cached %v, want %v (info %+v)", c.method, c.path, got, c.cached, info)
 		}
 		lr := LongRunning(func(*http.Request, *request.RequestInfo) bool { return false })
@@ -475,5 +475,30 @@ func TestPassthroughHasOneAuditID(t *testing.T) {
 	chain(h, &fakeAuthorizer{}).ServeHTTP(rec, req.WithContext(ctx))
 	if sent != "id-1" || strings.Join(rec.Header().Values("Audit-Id"), ",") != "id-1" {
 		t.Errorf("kube-apiserver was sent Audit-Id %q; the client got %q; want id-1 and id-1 alone", sent, rec.Header().Values("Audit-Id"))
+	}
+}
+
+// TestOnlyRoutedPathsAreCached: whatever a cache serves, a path that
+// kube-apiserver does not route to its API (a doubled slash, or outside
+// /api and /apis) passes through to be answered as kube-apiserver answers
+// it, for any resource's cache, not only pods' and nodes'.
+func TestOnlyRoutedPathsAreCached(t *testing.T) {
+	everything := func(string, string, *request.RequestInfo) bool { return true }
+	for path, want := range map[string]bool{
+		"/apis/e2e.example.com/v1/widgets":  true,
+		"//apis/e2e.example.com/v1/widgets": false,
+		"/apis//e2e.example.com/v1/widgets": false,
+		"/api/v1/namespaces/x/configmaps":   true,
+		"//api/v1/namespaces/x/configmaps":  false,
+		"/version":                          false,
+	} {
+		req := httptest.NewRequest("GET", Prefix+path, nil)
+		info, err := testResolver.NewRequestInfo(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := served(everything, "GET", path, info); got != want {
+			t.Errorf("%s: served from a cache %v, want %v", path, got, want)
+		}
 	}
 }

@@ -39,10 +39,20 @@ var innerLongRunning = genericfilters.BasicLongRunningRequestCheck(
 // the request's under the prefix, info its inner request info.
 type Cached func(method, path string, info *request.RequestInfo) bool
 
+// served reports whether cached serves the request: only on a path
+// kube-apiserver routes to its API. It answers 404 to //api/v1/pods or
+// //apis/g/v1/r, which its request info reads as a list of the resource; so
+// such a request passes through to be answered so.
+func served(cached Cached, method, path string, info *request.RequestInfo) bool {
+	if !strings.HasPrefix(path, "/api/") && !strings.HasPrefix(path, "/apis/") || strings.Contains(path, "//") {
+		return false
+	}
+	return cached(method, path, info)
+}
+
 // CoreCached is Cached for the core pods and nodes caches: GET of core pods
 // (one namespace or all) and nodes, one object, a list or a watch, without a
-// subresource, on a path kube-apiserver routes to its core API (it answers
-// 404 to //api/v1/pods, which its request info reads as a list of pods).
+// subresource, under /api/v1.
 func CoreCached(method, path string, info *request.RequestInfo) bool {
 	if method != http.MethodGet || info == nil || !info.IsResourceRequest ||
 		info.APIGroup != "" || info.APIVersion != "v1" || info.Subresource != "" ||
@@ -151,7 +161,7 @@ func (a prefixAuthorizer) Authorize(ctx context.Context, attrs authorizer.Attrib
 		}
 		return decision, reason, err
 	}
-	if !a.cached(p.method, p.path, info) {
+	if !served(a.cached, p.method, p.path, info) {
 		return decision, reason, nil
 	}
 	decision, reason, err = a.delegate.Authorize(ctx, attrs)
