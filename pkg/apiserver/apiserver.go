@@ -213,7 +213,7 @@ func MirrorCacheConfig(res upstream.Resource) indexcache.Config {
 		NewFunc:             res.NewFunc,
 		Transform:           res.Transform,
 		Encoder:             encoded.Objects{},
-		Compaction:          encoded.Compaction{Scheme: Scheme, Version: v1alpha1.SchemeGroupVersion, New: res.NewFunc},
+		Compaction:          encoded.Compaction{Decode: res.Decode, Encode: res.Encode},
 		Fields:              fields,
 		AlwaysIndexedFields: res.AlwaysIndexed,
 	}

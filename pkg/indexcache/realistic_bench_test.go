@@ -3,6 +3,7 @@ package indexcache_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/apiserver"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/coreview"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/pod"
@@ -33,8 +35,7 @@ import (
 )
 
 var (
-	realisticPods    = flag.Int("realistic-pods", 10000, "pods BenchmarkRealisticPods loads (1000000 for the one-replica scale target)")
-	realisticCompact = flag.Bool("realistic-compact", true, "hold pods compact, as the server does (false: decoded, as before issue 20 step b)")
+	realisticPods = flag.Int("realistic-pods", 10000, "pods BenchmarkRealisticPods loads (1000000 for the one-replica scale target)")
 )
 
 // BenchmarkRealisticPods: the cache alone (no upstream, no HTTP) holding
@@ -49,9 +50,8 @@ var (
 //
 // each LIST written from the kept bytes ("kept", what the server does) and
 // from the decoded objects ("decoded", what it did before issue 20: the
-// handlers' encoder converting and encoding every item). Pods are held
-// compact (their protobuf message) as the server holds them, or decoded
-// with -realistic-compact=false, as before.
+// handlers' encoder converting and encoding every item). Pods are held as
+// the server holds them: the JSON kube-apiserver sent.
 //
 //	go test -run xxx -bench RealisticPods -benchtime 200x ./pkg/indexcache/ [-args -realistic-pods 1000000]
 func BenchmarkRealisticPods(b *testing.B) {
@@ -180,9 +180,6 @@ func realisticCache(b *testing.B, n int) *indexcache.Cache {
 	b.Helper()
 	cfg := apiserver.MirrorCacheConfig(upstream.Pods)
 	cfg.FreshnessTimeout = time.Second
-	if !*realisticCompact {
-		cfg.Compaction = nil
-	}
 	c, err := indexcache.New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -194,24 +191,23 @@ func realisticCache(b *testing.B, n int) *indexcache.Cache {
 	// A first list, then the rest as added pods (as watch events), so that
 	// no more than a list's worth of decoded pods exists at once.
 	const firstList = 100000
-	pod := func(i int) *corev1.Pod {
+	pod := func(i int) *rawobject.Object {
 		a := i / 10
 		ns := fmt.Sprintf("spark-%d", a%100)
 		p := realistic.SparkExecutorPod(ns, a, fmt.Sprintf("spark-pi-%x-driver", a), fmt.Sprintf("%08x-0000-4000-8000-%012x", a, a), i%10+1, realistic.NodeName(i%5000))
 		p.Status = realistic.RunningStatus(p, i, 0)
 		p.UID = uid(i)
 		p.ResourceVersion = fmt.Sprint(1000 + i)
-		// As the Reflector delivers it: decoded from upstream's protobuf,
-		// nothing shared with other pods.
-		raw, err := p.Marshal()
+		// As the feed delivers it: kube-apiserver's JSON, held.
+		raw, err := json.Marshal(p)
 		if err != nil {
 			b.Fatal(err)
 		}
-		decoded := &corev1.Pod{}
-		if err := decoded.Unmarshal(raw); err != nil {
+		held, err := rawobject.Decode(raw)
+		if err != nil {
 			b.Fatal(err)
 		}
-		return decoded
+		return held
 	}
 	objs := make([]interface{}, min(n, firstList))
 	for i := range objs {

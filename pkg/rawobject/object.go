@@ -32,6 +32,7 @@ type Object struct {
 	Raw []byte
 
 	content map[string]any // decoded on the first Field, for ingest only
+	typed   runtime.Object // made by the first Compiled call, for ingest only
 }
 
 var _ runtime.Object = &Object{}
@@ -145,6 +146,22 @@ func (o *Object) Field(path string) (string, error) {
 	}
 	// kube-apiserver's fmt.Sprint of a map or a list.
 	return fmt.Sprint(cur), nil
+}
+
+// Compiled returns the object decoded into a compiled type by decode, decoding
+// on the first call only: a built-in's selectable fields are defined on its
+// compiled type (pods' status.podIP reads status.podIPs first), and reading
+// them all from one decode costs one decode per object at ingest. The cache
+// keeps Raw, not this.
+func (o *Object) Compiled(decode func(raw []byte) (runtime.Object, error)) (runtime.Object, error) {
+	if o.typed == nil {
+		t, err := decode(o.Raw)
+		if err != nil {
+			return nil, err
+		}
+		o.typed = t
+	}
+	return o.typed, nil
 }
 
 // DeepCopyObject copies the object; Raw is shared, it is never written.

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -35,6 +36,25 @@ func (s *recordingSink) updates() []string {
 	return append([]string(nil), s.rvs...)
 }
 
+// typedPods reads pods through the typed client, which the fake clientset
+// serves: what the feed does with lists, watches and bookmarks does not
+// depend on how a resource's objects are decoded.
+var typedPods = Resource{
+	Name:         "pods",
+	Namespaced:   true,
+	ExpectedType: &corev1.Pod{},
+	List: func(ctx context.Context, c kubernetes.Interface, namespace string, o metav1.ListOptions) (runtime.Object, error) {
+		return c.CoreV1().Pods(namespace).List(ctx, o)
+	},
+	Watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
+		return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+	},
+	ListNothing: func(ctx context.Context, c kubernetes.Interface) (runtime.Object, error) {
+		return c.CoreV1().Pods(NothingNamespace).List(ctx, metav1.ListOptions{Limit: 1})
+	},
+	Transform: func(obj interface{}) (runtime.Object, error) { return obj.(runtime.Object), nil },
+}
+
 func pod(rv string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", ResourceVersion: rv}}
 }
@@ -53,7 +73,7 @@ func TestProbeAdvancesOnlyAfterSeenEvents(t *testing.T) {
 	var cacheRV atomic.Uint64
 	cacheRV.Store(10)
 	sink := &recordingSink{}
-	f := NewFeed(Pods, client, client, 0)
+	f := NewFeed(typedPods, client, client, 0)
 	f.Connect(sink, cacheRV.Load)
 
 	done := make(chan error)
@@ -83,7 +103,7 @@ func TestProbeWithoutEventsAdvancesAtOnce(t *testing.T) {
 	fw := watch.NewFakeWithChanSize(1, false)
 	client.PrependWatchReactor("pods", func(clienttesting.Action) (bool, watch.Interface, error) { return true, fw, nil })
 	sink := &recordingSink{}
-	f := NewFeed(Pods, client, client, 0)
+	f := NewFeed(typedPods, client, client, 0)
 	f.Connect(sink, func() uint64 { return 7 })
 	fw.Action(watch.Bookmark, pod("9"))
 	if err := f.probe(); err != nil {
@@ -102,7 +122,7 @@ func TestCurrentResourceVersion(t *testing.T) {
 		}
 		return true, &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "4711"}}, nil
 	})
-	rv, err := NewFeed(Pods, client, client, 0).CurrentResourceVersion(context.Background())
+	rv, err := NewFeed(typedPods, client, client, 0).CurrentResourceVersion(context.Background())
 	if err != nil || rv != 4711 {
 		t.Fatalf("rv = %d, %v", rv, err)
 	}
@@ -152,7 +172,7 @@ func probeFeedAt(bookmark bool, cacheRV uint64) (*Feed, *recordingSink, chan *wa
 		return true, fw, nil
 	})
 	sink := &recordingSink{}
-	f := NewFeed(Pods, client, client, 0)
+	f := NewFeed(typedPods, client, client, 0)
 	f.Connect(sink, func() uint64 { return cacheRV })
 	return f, sink, watches
 }

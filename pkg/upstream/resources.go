@@ -5,6 +5,7 @@ package upstream
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,8 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
 )
 
 // NothingNamespace is where the freshness query lists pods: a name no
@@ -39,11 +42,15 @@ type Resource struct {
 	// object, cheap whatever the resource's size: its resourceVersion is
 	// upstream's current one.
 	ListNothing func(ctx context.Context, client kubernetes.Interface) (runtime.Object, error)
-	// Transform converts the upstream object into the mirror type, sharing its
-	// spec and status and dropping managedFields.
+	// Transform converts what the list and watch return into what the cache
+	// ingests (held objects, package rawobject).
 	Transform func(obj interface{}) (runtime.Object, error)
 	NewFunc   func() runtime.Object
-	Fields    map[string]indexing.FieldFunc
+	// Decode and Encode convert between held bytes and NewFunc's type: the
+	// mirrors' compiled types (pods, nodes); nil for any other resource.
+	Decode func(raw []byte) (runtime.Object, error)
+	Encode func(obj runtime.Object) ([]byte, error)
+	Fields map[string]indexing.FieldFunc
 	// UpstreamFields are the fields of Fields that kube-apiserver's own field
 	// selectors support (metadata.ownerReferences.uid is ours only).
 	UpstreamFields []string
@@ -51,68 +58,132 @@ type Resource struct {
 	AlwaysIndexed []string
 }
 
-// Pods and Nodes are the mirrored resources.
+// Pods and Nodes are the mirrored resources, read and held as
+// kube-apiserver's JSON like any resource (heldCore).
 var (
-	Pods = Resource{
-		Name:         "pods",
-		Namespaced:   true,
-		ExpectedType: &corev1.Pod{},
-		List: func(ctx context.Context, c kubernetes.Interface, namespace string, o metav1.ListOptions) (runtime.Object, error) {
-			return c.CoreV1().Pods(namespace).List(ctx, o)
-		},
-		Watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
-			return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
-		},
-		// A namespace no pod is in: kube-apiserver reads only that key
-		// prefix, where a cluster-wide limit=1 list costs it a pass over
-		// every pod (to count the remaining items).
-		ListNothing: func(ctx context.Context, c kubernetes.Interface) (runtime.Object, error) {
-			return c.CoreV1().Pods(NothingNamespace).List(ctx, metav1.ListOptions{Limit: 1})
-		},
-		Transform: func(obj interface{}) (runtime.Object, error) {
-			switch p := obj.(type) {
-			case *corev1.Pod:
-				m := p.ObjectMeta
-				m.ManagedFields = nil
-				return &indexing.Pod{ObjectMeta: m, Spec: p.Spec, Status: p.Status}, nil
-			case *indexing.Pod:
-				return p, nil
-			}
-			return nil, fmt.Errorf("expected a Pod, got %T", obj)
-		},
-		NewFunc: func() runtime.Object { return &indexing.Pod{} },
-		Fields:  indexing.PodFields,
-		UpstreamFields: []string{"metadata.name", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+	Pods = heldCore(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, true, mirrorType{
+		new:    func() runtime.Object { return &indexing.Pod{} },
+		decode: DecodePod,
+		encode: encodePod,
+		fields: indexing.PodFields,
+		upstreamFields: []string{"metadata.name", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
 			"spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"},
-		AlwaysIndexed: []string{"metadata.name", "spec.nodeName"},
-	}
-	Nodes = Resource{
-		Name:         "nodes",
-		ExpectedType: &corev1.Node{},
-		List: func(ctx context.Context, c kubernetes.Interface, _ string, o metav1.ListOptions) (runtime.Object, error) {
-			return c.CoreV1().Nodes().List(ctx, o)
-		},
-		Watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
-			return c.CoreV1().Nodes().Watch(ctx, o)
-		},
-		// Nodes are few; one item is cheap enough.
-		ListNothing: func(ctx context.Context, c kubernetes.Interface) (runtime.Object, error) {
-			return c.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
-		},
-		Transform: func(obj interface{}) (runtime.Object, error) {
-			switch n := obj.(type) {
-			case *corev1.Node:
-				m := n.ObjectMeta
-				m.ManagedFields = nil
-				return &indexing.Node{ObjectMeta: m, Spec: n.Spec, Status: n.Status}, nil
-			case *indexing.Node:
-				return n, nil
-			}
-			return nil, fmt.Errorf("expected a Node, got %T", obj)
-		},
-		NewFunc:        func() runtime.Object { return &indexing.Node{} },
-		Fields:         indexing.NodeFields,
-		UpstreamFields: []string{"metadata.name", "spec.unschedulable"},
-		AlwaysIndexed:  []string{"metadata.name"},
-	}
+		alwaysIndexed: []string{"metadata.name", "spec.nodeName"},
+	})
+	Nodes = heldCore(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, false, mirrorType{
+		new:            func() runtime.Object { return &indexing.Node{} },
+		decode:         DecodeNode,
+		encode:         encodeNode,
+		fields:         indexing.NodeFields,
+		upstreamFields: []string{"metadata.name", "spec.unschedulable"},
+		alwaysIndexed:  []string{"metadata.name"},
+	})
 )
+
+// mirrorType is what a mirrored resource adds to its held bytes: the
+// mirror's compiled type, decoded from them for the field values (defined
+// on the type: pods' status.podIP reads status.podIPs first) and for the
+// outputs that need an object (protobuf, tables, YAML).
+type mirrorType struct {
+	new            func() runtime.Object
+	decode         func(raw []byte) (runtime.Object, error)
+	encode         func(obj runtime.Object) ([]byte, error)
+	fields         map[string]indexing.FieldFunc
+	upstreamFields []string
+	alwaysIndexed  []string
+}
+
+// heldCore is a mirrored core resource read as kube-apiserver's JSON bytes
+// (RawResource): the cache holds what kube-apiserver sent, so a field that
+// a newer kube-apiserver adds, unknown to k8s.io/api here, reaches JSON
+// clients byte for byte.
+func heldCore(gvr schema.GroupVersionResource, namespaced bool, m mirrorType) Resource {
+	res := RawResource(gvr, namespaced, nil)
+	// Metrics and logs name the mirror (pods.indexing.k8s.io), as before.
+	res.GroupResource = schema.GroupResource{}
+	res.NewFunc = m.new
+	res.Decode = m.decode
+	res.Encode = m.encode
+	res.UpstreamFields = m.upstreamFields
+	res.AlwaysIndexed = m.alwaysIndexed
+	res.Fields = make(map[string]indexing.FieldFunc, len(m.fields))
+	for name, fn := range m.fields {
+		res.Fields[name] = func(obj runtime.Object) []string {
+			o, ok := obj.(*rawobject.Object)
+			if !ok {
+				return fn(obj)
+			}
+			t, err := o.Compiled(m.decode)
+			if err != nil {
+				return nil
+			}
+			return fn(t)
+		}
+	}
+	// The feed delivers held objects; a compiled object (tests, benchmarks
+	// that load the cache without kube-apiserver) is held as its JSON.
+	res.Transform = func(obj interface{}) (runtime.Object, error) {
+		switch o := obj.(type) {
+		case *rawobject.Object:
+			return o, nil
+		case runtime.Object:
+			raw, err := m.encode(o)
+			if err != nil {
+				return nil, err
+			}
+			return rawobject.Decode(raw)
+		}
+		return nil, fmt.Errorf("expected a %s object, got %T", gvr.Resource, obj)
+	}
+	return res
+}
+
+// DecodePod decodes held bytes into the pods mirror's type, as a client of
+// kube-apiserver decodes a core/v1 Pod: fields k8s.io/api does not know are
+// dropped here, and only here.
+func DecodePod(raw []byte) (runtime.Object, error) {
+	var p corev1.Pod
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &p); err != nil {
+		return nil, fmt.Errorf("decoding a pod: %w", err)
+	}
+	return &indexing.Pod{ObjectMeta: p.ObjectMeta, Spec: p.Spec, Status: p.Status}, nil
+}
+
+// DecodeNode is DecodePod's counterpart for nodes.
+func DecodeNode(raw []byte) (runtime.Object, error) {
+	var n corev1.Node
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, &n); err != nil {
+		return nil, fmt.Errorf("decoding a node: %w", err)
+	}
+	return &indexing.Node{ObjectMeta: n.ObjectMeta, Spec: n.Spec, Status: n.Status}, nil
+}
+
+// encodePod writes a compiled pod (core/v1 or the mirror's) as held bytes:
+// its JSON without kind, apiVersion and managedFields.
+func encodePod(obj runtime.Object) ([]byte, error) {
+	var p corev1.Pod
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		p = corev1.Pod{ObjectMeta: o.ObjectMeta, Spec: o.Spec, Status: o.Status}
+	case *indexing.Pod:
+		p = corev1.Pod{ObjectMeta: o.ObjectMeta, Spec: o.Spec, Status: o.Status}
+	default:
+		return nil, fmt.Errorf("expected a Pod, got %T", obj)
+	}
+	p.ManagedFields = nil
+	return json.Marshal(&p)
+}
+
+func encodeNode(obj runtime.Object) ([]byte, error) {
+	var n corev1.Node
+	switch o := obj.(type) {
+	case *corev1.Node:
+		n = corev1.Node{ObjectMeta: o.ObjectMeta, Spec: o.Spec, Status: o.Status}
+	case *indexing.Node:
+		n = corev1.Node{ObjectMeta: o.ObjectMeta, Spec: o.Spec, Status: o.Status}
+	default:
+		return nil, fmt.Errorf("expected a Node, got %T", obj)
+	}
+	n.ManagedFields = nil
+	return json.Marshal(&n)
+}

@@ -36,6 +36,7 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/apiserver"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/coreview"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/pod"
@@ -216,8 +217,23 @@ func serve(t *testing.T) *servers {
 	return s
 }
 
-// countingCompaction is the server's compaction (pods held as their
-// protobuf message), counting the decodes.
+// heldPod is p as the cache holds it (its JSON, by the feed's Transform),
+// decoded as the serving layer decodes it.
+func heldPod(t *testing.T, p *corev1.Pod) *indexing.Pod {
+	t.Helper()
+	held, err := upstream.Pods.Transform(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := upstream.DecodePod(held.(*rawobject.Object).Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.(*indexing.Pod)
+}
+
+// countingCompaction is the server's compaction (pods held as
+// kube-apiserver's JSON), counting the decodes.
 type countingCompaction struct {
 	encoded.Compaction
 	expands *atomic.Int64
@@ -310,9 +326,9 @@ func TestEveryReadWritesKeptBytes(t *testing.T) {
 	const corePods, mirrorPods = "/api/v1/namespaces/spark/pods", "/apis/indexing.k8s.io/v1alpha1/namespaces/spark/pods"
 	encodes := func() int64 { return s.encodes.n.Load() }
 
-	// Pods are held as their protobuf message: protobuf reads encode none;
-	// the first JSON LIST encodes each pod once.
-	for accept, first := range map[string]int64{jsonType: pods, protoType: 0} {
+	// Pods are held as the JSON kube-apiserver sent: JSON reads encode
+	// none; the first protobuf LIST encodes each pod once.
+	for accept, first := range map[string]int64{jsonType: 0, protoType: pods} {
 		before := encodes()
 		get(t, s.core, corePods, accept)
 		if n := encodes() - before; n != first {
@@ -348,7 +364,8 @@ func TestEveryReadWritesKeptBytes(t *testing.T) {
 		t.Fatalf("initial events of a WatchList and a watch encoded %d pods, want 0", n)
 	}
 
-	// A new version: once for both watchers and the reads after it.
+	// A new version: held as it came, so its JSON watchers and readers
+	// encode nothing; then once in protobuf for the reads after it.
 	p := s.pods[5].DeepCopy()
 	p.ResourceVersion = "101"
 	p.Status.Phase = corev1.PodSucceeded
@@ -363,8 +380,14 @@ func TestEveryReadWritesKeptBytes(t *testing.T) {
 	}
 	get(t, s.core, corePods+"/"+p.Name, jsonType)
 	get(t, s.mirror, mirrorPods, jsonType)
+	if n := encodes() - before; n != 0 {
+		t.Fatalf("a new version delivered to 2 JSON watchers and read twice in JSON was encoded %d times, want 0", n)
+	}
+	get(t, s.core, corePods+"/"+p.Name, protoType)
+	get(t, s.mirror, mirrorPods, protoType)
+	get(t, s.core, corePods, protoType)
 	if n := encodes() - before; n != 1 {
-		t.Fatalf("a new version delivered to 2 watchers and read twice was encoded %d times, want 1", n)
+		t.Fatalf("a new version read three times in protobuf was encoded %d times, want 1", n)
 	}
 }
 
@@ -387,11 +410,7 @@ func TestBodiesEqualTheDecodedPath(t *testing.T) {
 	}
 	decoded := make([]runtime.Object, len(s.pods))
 	for i, p := range s.pods {
-		o, err := upstream.Pods.Transform(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		decoded[i] = o
+		decoded[i] = heldPod(t, p)
 	}
 	for _, v := range views {
 		for _, accept := range []string{jsonType, protoType} {
@@ -463,11 +482,7 @@ func TestListsAreWrittenInChunks(t *testing.T) {
 	decoded := &indexing.PodList{Items: make([]indexing.Pod, 0, pods)}
 	decoded.ResourceVersion = "100"
 	for _, p := range s.pods {
-		o, err := upstream.Pods.Transform(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		decoded.Items = append(decoded.Items, *o.(*indexing.Pod))
+		decoded.Items = append(decoded.Items, *heldPod(t, p))
 	}
 	for _, c := range []struct {
 		accept string
@@ -548,5 +563,56 @@ func TestTableWatchColumnsOnFirstEvent(t *testing.T) {
 				t.Fatalf("%s event %d: %d column definitions, %d rows; want columns on the first event only and one row each", path, i, len(ev.Object.ColumnDefinitions), len(ev.Object.Rows))
 			}
 		}
+	}
+}
+
+// TestFieldUnknownToTheCompiledTypesSurvives: a pod whose upstream JSON
+// carries fields k8s.io/api does not know (as a newer kube-apiserver's
+// would) reaches JSON readers of both views byte for byte, in a GET, a
+// LIST and a watch event; protobuf readers get what the compiled types
+// know of it, the rest of the pod unchanged.
+func TestFieldUnknownToTheCompiledTypesSurvives(t *testing.T) {
+	s := serve(t)
+	const corePods, mirrorPods = "/api/v1/namespaces/spark/pods", "/apis/indexing.k8s.io/v1alpha1/namespaces/spark/pods"
+	coreWatch := watchJSON(t, s.core, corePods+"?watch=true&resourceVersion=100")
+	mirrorWatch := watchJSON(t, s.mirror, mirrorPods+"?watch=true&resourceVersion=100")
+
+	item := `{"metadata":{"name":"future","namespace":"spark","uid":"u-future","resourceVersion":"120","labels":{"spark-role":"executor"}},` +
+		`"spec":{"containers":[{"name":"c","image":"i","futureContainerField":"x"}],"futureField":{"enabled":true,"mode":"Strict"}},` +
+		`"status":{"phase":"Running","futureStatus":[1,2.50,"three"]}}`
+	held, err := rawobject.Decode([]byte(`{"kind":"Pod","apiVersion":"v1",` + item[1:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ingest.Add(held); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []struct {
+		srv        *httptest.Server
+		path       string
+		apiVersion string
+		watch      <-chan string
+	}{{s.core, corePods, "v1", coreWatch}, {s.mirror, mirrorPods, "indexing.k8s.io/v1alpha1", mirrorWatch}} {
+		want := `{"kind":"Pod","apiVersion":"` + v.apiVersion + `",` + item[1:] + "\n"
+		if got := string(get(t, v.srv, v.path+"/future", jsonType)); got != want {
+			t.Fatalf("GET %s\n got %s\nwant %s", v.path, got, want)
+		}
+		if got := string(get(t, v.srv, v.path+"?fieldSelector=metadata.name%3Dfuture", jsonType)); !strings.Contains(got, `"items":[`+item+`]}`) {
+			t.Fatalf("LIST %s: the item is not kube-apiserver's bytes:\n%s", v.path, got)
+		}
+		if got := next(t, v.watch); got != `{"type":"ADDED","object":`+strings.TrimSuffix(want, "\n")+`}` {
+			t.Fatalf("watch event of %s\n got %s", v.path, got)
+		}
+	}
+	// Protobuf: the pod as k8s.io/api knows it.
+	body := get(t, s.core, corePods+"/future", protoType)
+	info, _ := runtime.SerializerInfoForMediaType(coreview.Codecs.SupportedMediaTypes(), protoType)
+	obj, _, err := info.Serializer.Decode(body, nil, &corev1.Pod{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := obj.(*corev1.Pod)
+	if got.Name != "future" || got.Status.Phase != corev1.PodRunning || len(got.Spec.Containers) != 1 || got.Spec.Containers[0].Image != "i" || got.Labels["spark-role"] != "executor" {
+		t.Fatalf("protobuf pod: %+v", got)
 	}
 }
