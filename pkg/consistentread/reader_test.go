@@ -161,7 +161,7 @@ func TestConsistentReadFromUpstream(t *testing.T) {
 	}
 
 	obj, err := r.Get(ctx, "ns", "a1", "")
-	if err != nil || obj.(*indexing.Pod).ResourceVersion != "47" {
+	if err != nil || obj.(*indexcache.Object).Decoded().(*indexing.Pod).ResourceVersion != "47" {
 		t.Fatalf("get: %v %v, want upstream's a1@47", obj, err)
 	}
 	if got := up.calls(); got[2] != (query{namespace: "ns", field: "metadata.name=a1"}) {
