@@ -41,7 +41,7 @@ func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader,
 	}
 	proxy := clusterproxy.New(clusterproxy.Config{
 		Cache: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			if info, _ := request.RequestInfoFrom(req.Context()); anyResources.Serves(req.Method, info) {
+			if info, _ := request.RequestInfoFrom(req.Context()); anyResources.Serves(req.Method, info, clusterproxy.AsTable(req.Header)) {
 				anyResources.ServeHTTP(w, req)
 				return
 			}
@@ -78,7 +78,7 @@ func completeClusterProxy(gc *genericapiserver.RecommendedConfig, anyResources *
 // cachedReads selects the reads served from a cache: core pods and nodes,
 // and those of the resources cached now for IndexPolicies.
 func cachedReads(anyResources *anyresource.Registry) clusterproxy.Cached {
-	return func(method, path string, info *request.RequestInfo) bool {
-		return clusterproxy.CoreCached(method, path, info) || anyResources.Serves(method, info)
+	return func(r clusterproxy.Read) bool {
+		return clusterproxy.CoreCached(r) || anyResources.Serves(r.Method, r.Info, r.Table)
 	}
 }

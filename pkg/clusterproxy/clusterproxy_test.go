@@ -98,7 +98,7 @@ func TestRouting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := served(CoreCached, inner.Method, inner.URL.Path, info); got != c.cached {
+		if got := served(CoreCached, Read{Method: inner.Method, Path: inner.URL.Path, Info: info}); got != c.cached {
 			t.Errorf("%s %s: cached %v, want %v (info %+v)", c.method, c.path, got, c.cached, info)
 		}
 		lr := LongRunning(func(*http.Request, *request.RequestInfo) bool { return false })
@@ -483,7 +483,7 @@ func TestPassthroughHasOneAuditID(t *testing.T) {
 // /api and /apis) passes through to be answered as kube-apiserver answers
 // it, for any resource's cache, not only pods' and nodes'.
 func TestOnlyRoutedPathsAreCached(t *testing.T) {
-	everything := func(string, string, *request.RequestInfo) bool { return true }
+	everything := func(Read) bool { return true }
 	for path, want := range map[string]bool{
 		"/apis/e2e.example.com/v1/widgets":  true,
 		"//apis/e2e.example.com/v1/widgets": false,
@@ -497,8 +497,28 @@ func TestOnlyRoutedPathsAreCached(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := served(everything, "GET", path, info); got != want {
+		if got := served(everything, Read{Method: "GET", Path: path, Info: info}); got != want {
 			t.Errorf("%s: served from a cache %v, want %v", path, got, want)
+		}
+	}
+}
+
+// TestAsTable: kubectl's Accept for get asks for a Table; a client's
+// JSON or protobuf does not.
+func TestAsTable(t *testing.T) {
+	for accept, want := range map[string]bool{
+		"application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json": true,
+		"application/json": false,
+		"application/vnd.kubernetes.protobuf,application/json":                              false,
+		"application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json": false,
+		"": false,
+	} {
+		h := http.Header{}
+		if accept != "" {
+			h.Set("Accept", accept)
+		}
+		if got := AsTable(h); got != want {
+			t.Errorf("%q: %v, want %v", accept, got, want)
 		}
 	}
 }

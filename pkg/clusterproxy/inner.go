@@ -35,28 +35,48 @@ var innerLongRunning = genericfilters.BasicLongRunningRequestCheck(
 	sets.NewString("watch", "proxy"),
 	sets.NewString("attach", "exec", "proxy", "log", "portforward"))
 
-// Cached tells whether a read is served from a cache: method and path are
-// the request's under the prefix, info its inner request info.
-type Cached func(method, path string, info *request.RequestInfo) bool
+// Read is a request under the prefix as Cached sees it.
+type Read struct {
+	Method string
+	Path   string               // inside the prefix
+	Info   *request.RequestInfo // the inner request's
+	// Table: the client asks for a Table (as=Table in Accept), which a
+	// cache answers only with the resource's own columns.
+	Table bool
+}
+
+// Cached tells whether a read is served from a cache.
+type Cached func(r Read) bool
 
 // served reports whether cached serves the request: only on a path
 // kube-apiserver routes to its API. It answers 404 to //api/v1/pods or
 // //apis/g/v1/r, which its request info reads as a list of the resource; so
 // such a request passes through to be answered so.
-func served(cached Cached, method, path string, info *request.RequestInfo) bool {
-	if !strings.HasPrefix(path, "/api/") && !strings.HasPrefix(path, "/apis/") || strings.Contains(path, "//") {
+func served(cached Cached, r Read) bool {
+	if !strings.HasPrefix(r.Path, "/api/") && !strings.HasPrefix(r.Path, "/apis/") || strings.Contains(r.Path, "//") {
 		return false
 	}
-	return cached(method, path, info)
+	return cached(r)
+}
+
+// AsTable tells whether a request's Accept asks for a Table.
+func AsTable(h http.Header) bool {
+	for _, v := range h.Values("Accept") {
+		if strings.Contains(v, "as=Table") {
+			return true
+		}
+	}
+	return false
 }
 
 // CoreCached is Cached for the core pods and nodes caches: GET of core pods
 // (one namespace or all) and nodes, one object, a list or a watch, without a
 // subresource, under /api/v1.
-func CoreCached(method, path string, info *request.RequestInfo) bool {
-	if method != http.MethodGet || info == nil || !info.IsResourceRequest ||
+func CoreCached(r Read) bool {
+	info := r.Info
+	if r.Method != http.MethodGet || info == nil || !info.IsResourceRequest ||
 		info.APIGroup != "" || info.APIVersion != "v1" || info.Subresource != "" ||
-		!strings.HasPrefix(path, "/api/v1/") {
+		!strings.HasPrefix(r.Path, "/api/v1/") {
 		return false
 	}
 	switch info.Verb {
@@ -71,6 +91,7 @@ func CoreCached(method, path string, info *request.RequestInfo) bool {
 type prefixed struct {
 	method string
 	path   string // inside the prefix
+	table  bool   // AsTable
 }
 
 type prefixedKey struct{}
@@ -81,7 +102,7 @@ type prefixedKey struct{}
 func Mark(handler http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if Under(req.URL.Path) {
-			p := &prefixed{method: req.Method, path: strip(req.URL.Path)}
+			p := &prefixed{method: req.Method, path: strip(req.URL.Path), table: AsTable(req.Header)}
 			req = req.WithContext(context.WithValue(req.Context(), prefixedKey{}, p))
 		}
 		handler.ServeHTTP(w, req)
@@ -161,7 +182,7 @@ func (a prefixAuthorizer) Authorize(ctx context.Context, attrs authorizer.Attrib
 		}
 		return decision, reason, err
 	}
-	if !served(a.cached, p.method, p.path, info) {
+	if !served(a.cached, Read{Method: p.method, Path: p.path, Info: info, Table: p.table}) {
 		return decision, reason, nil
 	}
 	decision, reason, err = a.delegate.Authorize(ctx, attrs)

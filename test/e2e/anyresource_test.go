@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	configv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/apis/config/v1alpha1"
@@ -270,9 +271,9 @@ func TestAnyResourceCRDAndConfigMaps(t *testing.T) {
 			}
 
 			// Table, from the CRD's printer columns.
-			tableAt := func(host string) *metav1.Table {
+			tableOf := func(host, path string) *metav1.Table {
 				res := newClients(t, at(adminConfig, host)).kube.Discovery().RESTClient().Get().
-					AbsPath("/apis/e2e.example.com/v1/namespaces/"+ns+"/widgets").Param("labelSelector", "app=app-1,!watched").
+					AbsPath(path).Param("labelSelector", "app=app-1,!watched").
 					SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").Do(ctx)
 				raw, err := res.Raw()
 				if err != nil {
@@ -284,6 +285,7 @@ func TestAnyResourceCRDAndConfigMaps(t *testing.T) {
 				}
 				return tab
 			}
+			tableAt := func(host string) *metav1.Table { return tableOf(host, "/apis/e2e.example.com/v1/namespaces/"+ns+"/widgets") }
 			want, gotT := tableAt(stack.KubeAPIServerURL()), tableAt(e.host)
 			cells := func(tab *metav1.Table) string {
 				var cols []string
@@ -299,6 +301,23 @@ func TestAnyResourceCRDAndConfigMaps(t *testing.T) {
 			if cells(want) != cells(gotT) {
 				t.Fatalf("table\n got %s\nwant %s", cells(gotT), cells(want))
 			}
+			// A built-in's Table is kube-apiserver's, columns and all
+			// (NAME, DATA, AGE for configmaps): it passes through.
+			cms := "/api/v1/namespaces/" + ns + "/configmaps"
+			cmCells := func(tab *metav1.Table) string {
+				var cols []string
+				for _, c := range tab.ColumnDefinitions {
+					cols = append(cols, c.Name)
+				}
+				out := strings.Join(cols, ",")
+				for _, r := range tab.Rows {
+					out += fmt.Sprintf("|%v", r.Cells[:2]) // AGE aside: it moves
+				}
+				return out
+			}
+			if w, g := tableOf(stack.KubeAPIServerURL(), cms), tableOf(e.host, cms); len(w.Rows) == 0 || cmCells(w) != cmCells(g) {
+				t.Fatalf("configmaps table\n got %s\nwant %s", cmCells(g), cmCells(w))
+			}
 
 			// YAML.
 			res := newClients(t, at(adminConfig, e.host)).kube.Discovery().RESTClient().Get().
@@ -310,6 +329,19 @@ func TestAnyResourceCRDAndConfigMaps(t *testing.T) {
 			var y map[string]any
 			if err := yaml.Unmarshal(raw, &y); err != nil || y["kind"] != "Widget" {
 				t.Fatalf("yaml: %v %s", err, raw)
+			}
+
+			// Protobuf, as kube-apiserver offers it: for configmaps (a
+			// built-in), GET, LIST and watch by a protobuf-only typed client,
+			// equal to kube-apiserver's; for a custom resource, 406 from both.
+			protobufAsKube(t, ctx, withProtobuf(cfg), withProtobuf(adminConfig), ns)
+			for _, host := range []string{stack.KubeAPIServerURL(), e.host} {
+				res := newClients(t, at(adminConfig, host)).kube.Discovery().RESTClient().Get().
+					AbsPath("/apis/e2e.example.com/v1/namespaces/"+ns+"/widgets/w1").SetHeader("Accept", protobufType).Do(ctx)
+				var code int
+				if res.StatusCode(&code); code != http.StatusNotAcceptable {
+					t.Fatalf("protobuf of a custom resource at %s: %d, want 406", host, code)
+				}
 			}
 
 			// WatchList: the initial state, then the end bookmark; then a
@@ -366,6 +398,63 @@ func TestAnyResourceCRDAndConfigMaps(t *testing.T) {
 				t.Fatalf("event %s for %s", typ, name)
 			}
 		})
+	}
+}
+
+// protobufAsKube reads configmaps of ns in protobuf only through cfg and
+// from kube-apiserver (ref) and compares what they answer, managedFields
+// aside: a GET, a label LIST, and a watch's event for a write.
+func protobufAsKube(t *testing.T, ctx context.Context, cfg, ref *rest.Config, ns string) {
+	t.Helper()
+	got, want := clientset(t, cfg).CoreV1().ConfigMaps(ns), clientset(t, ref).CoreV1().ConfigMaps(ns)
+	strip := func(cms ...corev1.ConfigMap) []corev1.ConfigMap {
+		for i := range cms {
+			cms[i].ManagedFields = nil
+		}
+		return cms
+	}
+	var g, w *corev1.ConfigMap
+	eventually(t, 10*time.Second, func() error {
+		var err error
+		if g, err = got.Get(ctx, "cm1", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		if w, err = want.Get(ctx, "cm1", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(strip(*g), strip(*w)) {
+			return fmt.Errorf("protobuf GET\n got %+v\nwant %+v", *g, *w)
+		}
+		return nil
+	})
+	gl, err := got.List(ctx, metav1.ListOptions{LabelSelector: "app=app-0", ResourceVersion: g.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, err := want.List(ctx, metav1.ListOptions{LabelSelector: "app=app-0", ResourceVersion: g.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gl.Items) == 0 || !reflect.DeepEqual(strip(gl.Items...), strip(wl.Items...)) {
+		t.Fatalf("protobuf LIST\n got %+v\nwant %+v", gl.Items, wl.Items)
+	}
+	w8, err := got.Watch(ctx, metav1.ListOptions{LabelSelector: "app=app-1", ResourceVersion: gl.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w8.Stop()
+	touched, err := want.Patch(ctx, "cm1", types.MergePatchType, []byte(`{"data":{"touched":"`+cfg.Host+`"}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w8.ResultChan():
+		cm, ok := ev.Object.(*corev1.ConfigMap)
+		if !ok || ev.Type != watch.Modified || !reflect.DeepEqual(strip(*cm), strip(*touched)) {
+			t.Fatalf("protobuf watch event %s %+v, want MODIFIED %+v", ev.Type, ev.Object, *touched)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no protobuf watch event")
 	}
 }
 

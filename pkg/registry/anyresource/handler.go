@@ -103,7 +103,11 @@ func NewHandler(res Resource, cache readonly.Cache, minRequestTimeout time.Durat
 	params := runtime.NewScheme()
 	metav1.AddToGroupVersion(params, res.GVR.GroupVersion())
 	conv := convertor{gvk: gvk, fields: fields, params: params}
-	ns := newNegotiated(t, conv)
+	var extra []runtime.SerializerInfo
+	if pb, ok := protobufInfo(gvk, res.Custom); ok {
+		extra = append(extra, pb)
+	}
+	ns := newNegotiated(t, conv, extra...)
 	var standard []runtime.SerializerInfo
 	standard = append(standard, metaCodecs.SupportedMediaTypes()...)
 	scope := &handlers.RequestScope{
@@ -193,9 +197,16 @@ func (r *Registry) handler(info *request.RequestInfo) *Handler {
 	return h
 }
 
-// Serves tells whether a request is a read of a resource served here.
-func (r *Registry) Serves(method string, info *request.RequestInfo) bool {
-	return method == http.MethodGet && r.handler(info) != nil
+// Serves tells whether a request is a read of a resource served here. A
+// Table of a built-in is not: kube-apiserver prints each with columns of
+// its own (a ConfigMap's DATA, a Job's COMPLETIONS), which only a custom
+// resource's additionalPrinterColumns give here; it passes through.
+func (r *Registry) Serves(method string, info *request.RequestInfo, table bool) bool {
+	if method != http.MethodGet {
+		return false
+	}
+	h := r.handler(info)
+	return h != nil && !(table && !h.res.Custom)
 }
 
 // ServeHTTP serves a request Serves accepted.

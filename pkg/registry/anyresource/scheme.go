@@ -101,14 +101,14 @@ func (c convertor) ConvertFieldLabel(gvk schema.GroupVersionKind, label, value s
 }
 
 // negotiated is the resource's wire formats: JSON and YAML, as kube-apiserver
-// offers custom resources (protobuf needs the compiled types).
+// offers custom resources, and protobuf for a built-in (protobufInfo).
 type negotiated struct {
 	types     []runtime.SerializerInfo
 	convertor runtime.ObjectConvertor
 	typer     runtime.ObjectTyper
 }
 
-func newNegotiated(t runtime.ObjectTyper, conv runtime.ObjectConvertor) negotiated {
+func newNegotiated(t runtime.ObjectTyper, conv runtime.ObjectConvertor, extra ...runtime.SerializerInfo) negotiated {
 	c := creater{}
 	opts := func(o json.SerializerOptions) *json.Serializer {
 		return json.NewSerializerWithOptions(json.DefaultMetaFactory, c, t, o)
@@ -116,7 +116,7 @@ func newNegotiated(t runtime.ObjectTyper, conv runtime.ObjectConvertor) negotiat
 	return negotiated{
 		convertor: conv,
 		typer:     t,
-		types: []runtime.SerializerInfo{
+		types: append([]runtime.SerializerInfo{
 			{
 				MediaType: "application/json", MediaTypeType: "application", MediaTypeSubType: "json",
 				EncodesAsText:    true,
@@ -135,7 +135,7 @@ func newNegotiated(t runtime.ObjectTyper, conv runtime.ObjectConvertor) negotiat
 				Serializer:       opts(json.SerializerOptions{Yaml: true}),
 				StrictSerializer: opts(json.SerializerOptions{Yaml: true, Strict: true}),
 			},
-		},
+		}, extra...),
 	}
 }
 

@@ -1,0 +1,95 @@
+package anyresource_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
+)
+
+var heldObjects = flag.Int("held-objects", 50000, "custom resources BenchmarkFullList holds")
+
+// BenchmarkFullList: a JSON LIST of every held custom resource (about
+// 3.8 KB each, SparkApplication-like) through k8s.io/apiserver's list
+// handler and the held bytes' writer, into a discarding response: what a
+// full LIST costs index-apiserver beyond writing its bytes to the wire.
+//
+//	go test -run xxx -bench FullList -benchtime 5x ./pkg/registry/anyresource/ [-cpuprofile cpu.out]
+func BenchmarkFullList(b *testing.B) {
+	res := anyresource.Resource{
+		GVR:  schema.GroupVersionResource{Group: "sparkoperator.k8s.io", Version: "v1beta2", Resource: "sparkapplications"},
+		Kind: "SparkApplication", ListKind: "SparkApplicationList", Singular: "sparkapplication",
+		Namespaced: true, Custom: true,
+	}
+	cfg := res.CacheConfig()
+	cache, err := indexcache.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cache.Stop)
+	objs := make([]interface{}, *heldObjects)
+	for i := range objs {
+		o, err := rawobject.Decode([]byte(sparkApplication(i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		objs[i] = o
+	}
+	if err := cache.Ingest().Replace(objs, fmt.Sprint(1000+len(objs))); err != nil {
+		b.Fatal(err)
+	}
+	h, err := anyresource.NewHandler(res, consistentread.New(cache, consistentread.Config{GroupResource: res.GVR.GroupResource()}), time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	info := &request.RequestInfo{IsResourceRequest: true, Verb: "list", APIPrefix: "apis", APIGroup: res.GVR.Group, APIVersion: res.GVR.Version, Resource: res.GVR.Resource,
+		Path: "/apis/sparkoperator.k8s.io/v1beta2/sparkapplications"}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := request.WithRequestInfo(r.Context(), info)
+		ctx = request.WithUser(ctx, &user.DefaultInfo{Name: "bench"})
+		h.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	b.Cleanup(srv.Close)
+	b.ResetTimer()
+	var n int64
+	for range b.N {
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL+info.Path+"?resourceVersion=0", nil)
+		req.Header.Set("Accept", "application/json")
+		req.Header.Set("Accept-Encoding", "identity")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatal(resp.Status)
+		}
+	}
+	b.ReportMetric(float64(n), "body-bytes")
+}
+
+func sparkApplication(i int) string {
+	args := make([]string, 40)
+	for j := range args {
+		args[j] = fmt.Sprintf(`"--conf=spark.executor.extraJavaOptions.%d=-XX:+UseG1GC -Dapp=%d"`, j, i)
+	}
+	return fmt.Sprintf(`{"apiVersion":"sparkoperator.k8s.io/v1beta2","kind":"SparkApplication","metadata":{"name":"app-%d","namespace":"ns-%d","uid":"%08x-0000-4000-8000-000000000000","resourceVersion":"%d","labels":{"app":"app-%d"}},`+
+		`"spec":{"type":"Scala","mode":"cluster","image":"spark:3.5.1","mainClass":"org.apache.spark.examples.SparkPi","arguments":[%s],"driver":{"cores":1,"memory":"512m"},"executor":{"instances":10,"cores":1,"memory":"512m"}},`+
+		`"status":{"applicationState":{"state":"RUNNING"},"sparkApplicationId":"spark-%032x","executorState":{"exec-1":"RUNNING"}}}`,
+		i, i%100, i, 1000+i, i/10, strings.Join(args, ","), i)
+}
