@@ -41,9 +41,9 @@ func (c *Cache) sampleAdvice() []advice.Advice {
 		indexed[advice.Key{Key: ix.path}] = true
 	}
 	var ws []advice.Watcher
-	for w := range c.router.all {
+	c.disp.each(func(w *watcher) {
 		if w.route.kind != routeUnindexed && w.route.kind != routeNamespace || len(w.pred.exact) == 0 {
-			continue
+			return
 		}
 		aw := advice.Watcher{Share: 1, StartSeq: w.startSeq}
 		if w.route.kind == routeNamespace {
@@ -60,7 +60,7 @@ func (c *Cache) sampleAdvice() []advice.Advice {
 		if len(aw.Keys) > 0 {
 			ws = append(ws, aw)
 		}
-	}
+	})
 	c.mu.RUnlock()
 	return c.advice.Sample(seq, indexed, ws)
 }

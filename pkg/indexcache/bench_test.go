@@ -289,10 +289,10 @@ func BenchmarkRoute(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			ev := evs[i%len(evs)]
-			c.mu.Lock()
-			c.dispatch.epoch++
-			cands = c.router.candidates(ev.prev, ev.cur, c.dispatch.epoch, cands[:0])
-			c.mu.Unlock()
+			c.disp.mu.Lock()
+			c.disp.epoch++
+			cands = c.disp.router.candidates(ev.prev, ev.cur, c.disp.epoch, cands[:0])
+			c.disp.mu.Unlock()
 			for _, wt := range cands {
 				if _, ok := wt.convert(ev); ok {
 					delivered++

@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/btree"
@@ -61,13 +60,15 @@ const (
 // Lock order, the one place it is written down:
 //
 //	setMu -> ingestMu -> mu -> {snapshots, cloneMu}
-//	sendMu -> mu
+//	mu -> dispatcher.mu
+//	dispatcher.sendMu -> dispatcher.mu
 //
 // ingestMu serializes writers (ingest, relist, index swaps) and the
-// enqueueing of what they committed, so the queue is in resourceVersion
-// order. sendMu is held by the dispatcher while it sends to watchers, and by
-// whoever closes a direct watcher's channel, so no send hits a closed
-// channel.
+// hand-off of what they committed, so the dispatch queue is in
+// resourceVersion order. dispatcher.mu guards the registered watchers; a
+// watcher is registered under mu (watch.go). dispatcher.sendMu is held by
+// the dispatcher while it sends to watchers, and by whoever closes a direct
+// watcher's channel, so no send hits a closed channel.
 type Cache struct {
 	cfg        Config
 	resource   string
@@ -81,13 +82,8 @@ type Cache struct {
 	// tombstones are deletions waiting for a resourceVersion of their own
 	// (addTombstone), oldest first; guarded by ingestMu.
 	tombstones []string
-	setMu      sync.Mutex        // one index change at a time
-	queue      chan dispatchItem // written under ingestMu, read by dispatch
-	sendMu     sync.Mutex
-	dispatch   dispatcher // owned by the dispatch goroutine
-	// bookmarkSlices: see maxBookmarkSlices; watchers take slots in turn.
-	bookmarkSlices uint64
-	watcherSlots   atomic.Uint64
+	setMu      sync.Mutex // one index change at a time
+	disp       *dispatcher
 
 	mu      sync.RWMutex
 	cloneMu sync.Mutex // btree Clone writes to the source tree: one at a time
@@ -107,14 +103,11 @@ type Cache struct {
 	// relist swapped the state meanwhile.
 	generation uint64
 	window     history.Window[*storeEvent]
-	router     *router
 
 	snapshots *history.Snapshots[*btree.BTreeG[*entry]] // snapshots.go
 	statsMemo statsMemo                                 // stats.go
 
 	stopOnce sync.Once
-	stopCh   chan struct{}
-	done     chan struct{} // closed when the dispatcher has returned
 
 	// broadcast registers every watcher as unindexed and hexShards matches
 	// shard selectors by formatting and comparing hex hashes per watcher:
@@ -166,13 +159,7 @@ func New(cfg Config) (*Cache, error) {
 		tree:      btree.NewG(32, lessEntry),
 		rvChanged: make(chan struct{}),
 		window:    history.NewWindow[*storeEvent](cfg.EventWindow, cfg.EventRetention),
-		router:    newRouter(),
 		snapshots: history.NewSnapshots[*btree.BTreeG[*entry]](cfg.SnapshotRetention, maxSnapshots),
-		stopCh:    make(chan struct{}),
-		done:      make(chan struct{}),
-		queue:     make(chan dispatchItem, dispatchQueue),
-
-		bookmarkSlices: bookmarkSlicesFor(cfg.BookmarkInterval),
 	}
 	c.objType = reflect.TypeOf(cfg.NewFunc())
 	for name := range cfg.Fields {
@@ -189,8 +176,8 @@ func New(cfg Config) (*Cache, error) {
 	}
 	c.m = newCacheMetrics(c.resource)
 	c.advice = advice.NewTracker(cfg.Clock, c.resource, housekeepingInterval)
-	c.dispatch.budget = newTimeBudget(cfg.Clock, cfg.SlowWatcherBudget)
-	go c.runDispatch()
+	c.disp = newDispatcher(&c.cfg, c.resource, c, c.m)
+	c.disp.start()
 	return c, nil
 }
 
@@ -213,7 +200,7 @@ func (c *Cache) ResourceVersion() uint64 {
 // size metrics every housekeepingInterval, until stopCh closes; then it
 // stops every watcher.
 func (c *Cache) Run(stopCh <-chan struct{}) {
-	bookmarks := c.cfg.Clock.NewTicker(c.cfg.BookmarkInterval / time.Duration(c.bookmarkSlices))
+	bookmarks := c.cfg.Clock.NewTicker(c.cfg.BookmarkInterval / time.Duration(c.disp.bookmarkSlices))
 	defer bookmarks.Stop()
 	var slice uint64
 	housekeeping := c.cfg.Clock.NewTicker(housekeepingInterval)
@@ -223,11 +210,11 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 		case <-stopCh:
 			c.Stop()
 			return
-		case <-c.stopCh:
+		case <-c.disp.stopCh:
 			return
 		case <-bookmarks.C():
-			c.requestBookmarks(slice)
-			slice = (slice + 1) % c.bookmarkSlices
+			c.disp.requestBookmarks(slice)
+			slice = (slice + 1) % c.disp.bookmarkSlices
 		case <-housekeeping.C():
 			c.expireHistory()
 			c.m.setIndexValues(c.IndexStats()) // cardinality drifts with ingest
@@ -239,17 +226,12 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 // Stop closes every watcher, refuses new ones and ends Run and dispatch.
 func (c *Cache) Stop() {
 	c.stopOnce.Do(func() {
+		// Refuse new watchers first: one registering now either is in the
+		// dispatcher before this, or sees stopped.
 		c.mu.Lock()
 		c.stopped = true
-		ws := c.router.list()
-		c.router = newRouter()
-		c.publishWatchersLocked()
 		c.mu.Unlock()
-		close(c.stopCh)
-		for _, w := range ws {
-			w.stop(stopCache, false)
-		}
-		<-c.done
+		c.disp.stop()
 	})
 }
 

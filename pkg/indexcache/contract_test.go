@@ -36,8 +36,8 @@ const contractWait = 10 * time.Second
 
 // bookmarkNow sends the periodic bookmarks of every slice now.
 func bookmarkNow(c *Cache) {
-	for s := range c.bookmarkSlices {
-		c.requestBookmarks(s)
+	for s := range c.disp.bookmarkSlices {
+		c.disp.requestBookmarks(s)
 	}
 }
 

@@ -52,7 +52,7 @@ func (i *ingest) UpdateResourceVersion(rv string) {
 	advanced := c.setRVLocked(v)
 	c.mu.Unlock()
 	if advanced {
-		c.enqueue(dispatchItem{progress: v})
+		c.disp.handOff(committed{progress: v})
 	}
 }
 
@@ -129,7 +129,7 @@ func (c *Cache) apply(obj interface{}, deleted bool) error {
 		advanced := c.setRVLocked(e.rv)
 		c.mu.Unlock()
 		if advanced {
-			c.enqueue(dispatchItem{progress: e.rv})
+			c.disp.handOff(committed{progress: e.rv})
 		}
 		return nil
 	case deleted:
@@ -148,7 +148,7 @@ func (c *Cache) apply(obj interface{}, deleted bool) error {
 	objects := c.tree.Len()
 	c.mu.Unlock()
 	c.m.objects.Set(float64(objects))
-	c.enqueue(dispatchItem{ev: ev})
+	c.disp.handOff(committed{ev: ev})
 	return nil
 }
 
@@ -206,7 +206,7 @@ func (c *Cache) settleTombstones(upTo uint64) {
 		objects := c.tree.Len()
 		c.mu.Unlock()
 		c.m.objects.Set(float64(objects))
-		c.enqueue(dispatchItem{ev: ev})
+		c.disp.handOff(committed{ev: ev})
 	}
 }
 
@@ -301,8 +301,9 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 	c.synced = true
 	c.generation++
 	// The watchers open now end once they have had the events queued
-	// before the relist; the ones that register from now on start after it.
-	ended := c.router.list()
+	// before the relist (they started from an older generation); the ones
+	// that register from now on start after it.
+	gen := c.generation
 	n, stats := c.tree.Len(), c.indexes.stats()
 	c.mu.Unlock()
 	// The state at rv itself may have changed (a relist at the cache's
@@ -312,13 +313,13 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 	} else {
 		c.snapshots.DropBefore(rv + 1)
 	}
-	c.enqueue(dispatchItem{progress: rv, end: ended, relist: true})
+	c.disp.handOff(committed{progress: rv, relist: true, generation: gen})
 
 	c.m.objects.Set(float64(n))
 	c.m.setIndexValues(stats)
 	if synced {
 		c.m.relists.Inc()
-		klog.InfoS("Index cache relisted", "resource", c.resource, "objects", n, "resourceVersion", rv, "endedWatchers", len(ended))
+		klog.InfoS("Index cache relisted", "resource", c.resource, "objects", n, "resourceVersion", rv)
 	} else {
 		klog.InfoS("Index cache synced", "resource", c.resource, "objects", n, "resourceVersion", rv)
 	}

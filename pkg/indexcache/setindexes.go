@@ -98,24 +98,8 @@ func (c *Cache) swapIndexes(next, built *indexSet, gen, seq uint64) ([]IndexStat
 		}
 	}
 	c.indexes = next
-	c.rehomeLocked()
+	c.disp.rehome(c.chooseRoute) // priced against the new set, under mu
 	return next.stats(), true
-}
-
-// rehomeLocked registers every watcher again in the best index of the
-// current set.
-func (c *Cache) rehomeLocked() {
-	ws := c.router.list()
-	c.router = newRouter()
-	for _, w := range ws {
-		w.route = c.chooseRoute(w.pred)
-		c.router.add(w)
-	}
-	c.publishWatchersLocked()
-}
-
-func (c *Cache) publishWatchersLocked() {
-	c.m.setWatchers(c.router.perIndex, c.router.sharded)
 }
 
 // IndexStats reports the label and field indexes.

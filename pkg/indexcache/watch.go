@@ -67,7 +67,7 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 			return newErrWatcher(err), nil
 		}
 	}
-	w := c.newWatcher(pred, opts.AllowWatchBookmarks)
+	w := c.disp.newWatcher(pred, opts.AllowWatchBookmarks)
 	for attempt := range maxRegisterAttempts {
 		// The last attempt prepares under the lock, so neither a relist nor
 		// an event window turning over meanwhile can send it back.
@@ -171,7 +171,7 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 		// at; its end bookmark says so, and what was committed meanwhile
 		// follows as later events (kube-apiserver sends only ADDED before
 		// the bookmark).
-		initial = append(initial, c.bookmarkEvent(at, true))
+		initial = append(initial, bookmarkEvent(c.cfg.NewFunc(), at, true))
 	}
 
 	// Complete with what was committed meanwhile, and register.
@@ -206,16 +206,16 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 			}
 		}
 	}
-	w.startSeq = c.seq
+	w.startSeq, w.generation = c.seq, c.generation
 	if fromRV > c.rv {
 		w.fromRV = fromRV
 	}
 	startRV := max(c.rv, fromRV)
 	w.sentRV.Store(startRV)
 	w.start(initial, c.cfg.WatchBuffer)
-	w.route = c.chooseRoute(pred)
-	c.router.add(w)
-	c.publishWatchersLocked()
+	// Still under mu: the next event committed is after startSeq, and finds
+	// w registered when it is dispatched.
+	c.disp.add(w, c.chooseRoute(pred))
 	return true, nil
 }
 
@@ -250,9 +250,9 @@ func (c *Cache) WatchFromState(ctx context.Context, opts WatchOptions, objs []ru
 		pre = append(pre, watch.Event{Type: watch.Added, Object: c.object(e)})
 	}
 	if opts.AllowWatchBookmarks {
-		pre = append(pre, c.bookmarkEvent(rv, true))
+		pre = append(pre, bookmarkEvent(c.cfg.NewFunc(), rv, true))
 	}
-	w := c.newWatcher(pred, opts.AllowWatchBookmarks)
+	w := c.disp.newWatcher(pred, opts.AllowWatchBookmarks)
 	for attempt := range maxRegisterAttempts {
 		ok, err := c.register(w, pre, false, false, rv, attempt == maxRegisterAttempts-1)
 		if err != nil {
@@ -263,16 +263,6 @@ func (c *Cache) WatchFromState(ctx context.Context, opts WatchOptions, objs []ru
 		}
 	}
 	return nil, errRestartedWhileStarting()
-}
-
-func (c *Cache) newWatcher(pred *predicate, allowBookmarks bool) *watcher {
-	return &watcher{
-		c:              c,
-		pred:           pred,
-		allowBookmarks: allowBookmarks,
-		slot:           c.watcherSlots.Add(1),
-		done:           make(chan struct{}),
-	}
 }
 
 // begin begins a registered watcher: it stops when ctx ends, and sends a
