@@ -28,16 +28,18 @@ func adviceKeys(pred *predicate) []advice.Key {
 	return keys
 }
 
-// sampleAdvice gathers, under mu, the indexed keys and the watchers that
-// filter what an index would route away, and has the tracker price them.
+// sampleAdvice gathers, under the store's lock, the indexed keys and the
+// dispatcher's watchers that filter what an index would route away, and has
+// the tracker price them.
 func (c *Cache) sampleAdvice() []advice.Advice {
-	c.mu.RLock()
-	seq, total := c.seq, c.tree.Len()
+	s := c.store
+	s.mu.RLock()
+	seq, total := s.seq, s.tree.Len()
 	indexed := map[advice.Key]bool{}
-	for k := range c.indexes.labels {
+	for k := range s.indexes.labels {
 		indexed[advice.Key{Label: true, Key: k}] = true
 	}
-	for _, ix := range c.indexes.fields {
+	for _, ix := range s.indexes.fields {
 		indexed[advice.Key{Key: ix.path}] = true
 	}
 	var ws []advice.Watcher
@@ -49,7 +51,7 @@ func (c *Cache) sampleAdvice() []advice.Advice {
 		if w.route.kind == routeNamespace {
 			aw.Share = 0
 			if total > 0 {
-				aw.Share = float64(c.indexes.namespaces[w.route.values[0]]) / float64(total)
+				aw.Share = float64(s.indexes.namespaces[w.route.values[0]]) / float64(total)
 			}
 		}
 		for _, r := range w.pred.exact {
@@ -61,7 +63,7 @@ func (c *Cache) sampleAdvice() []advice.Advice {
 			ws = append(ws, aw)
 		}
 	})
-	c.mu.RUnlock()
+	s.mu.RUnlock()
 	return c.advice.Sample(seq, indexed, ws)
 }
 

@@ -275,7 +275,7 @@ func BenchmarkRoute(b *testing.B) {
 		// Updates of the first 1000 pods, prepared.
 		var evs []*storeEvent
 		for i := 0; i < 1000; i++ {
-			prev, _ := c.tree.Get(&entry{key: objectKey(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i))})
+			prev, _ := c.store.tree.Get(&entry{key: objectKey(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i))})
 			cur, err := c.newEntry(updated(templates(1, w), 0, 2))
 			if err != nil {
 				b.Fatal(err)
