@@ -32,16 +32,8 @@ func adviceKeys(pred *predicate) []advice.Key {
 // dispatcher's watchers that filter what an index would route away, and has
 // the tracker price them.
 func (c *Cache) sampleAdvice() []advice.Advice {
-	s := c.store
-	s.mu.RLock()
-	seq, total := s.seq, s.tree.Len()
-	indexed := map[advice.Key]bool{}
-	for k := range s.indexes.labels {
-		indexed[advice.Key{Label: true, Key: k}] = true
-	}
-	for _, ix := range s.indexes.fields {
-		indexed[advice.Key{Key: ix.path}] = true
-	}
+	c.store.mu.RLock()
+	seq, total, indexed := c.store.adviceBasisLocked()
 	var ws []advice.Watcher
 	c.disp.each(func(w *watcher) {
 		if w.route.kind != routeUnindexed && w.route.kind != routeNamespace || len(w.pred.exact) == 0 {
@@ -51,7 +43,7 @@ func (c *Cache) sampleAdvice() []advice.Advice {
 		if w.route.kind == routeNamespace {
 			aw.Share = 0
 			if total > 0 {
-				aw.Share = float64(s.indexes.namespaces[w.route.values[0]]) / float64(total)
+				aw.Share = float64(c.store.namespaceObjectsLocked(w.route.values[0])) / float64(total)
 			}
 		}
 		for _, r := range w.pred.exact {
@@ -63,7 +55,7 @@ func (c *Cache) sampleAdvice() []advice.Advice {
 			ws = append(ws, aw)
 		}
 	})
-	s.mu.RUnlock()
+	c.store.mu.RUnlock()
 	return c.advice.Sample(seq, indexed, ws)
 }
 

@@ -12,19 +12,6 @@ import (
 // budget, so a full queue drains in bounded time.
 const dispatchQueue = 1024
 
-// committed is what the store hands the dispatcher, in resourceVersion
-// order, and all it hands it: an event, or progress (the resourceVersion
-// advanced without an event), or a relist (the state was replaced at
-// progress, which may be below the last one handed over when upstream went
-// back; the watchers registered before generation end once they have had
-// every event before it).
-type committed struct {
-	ev         *storeEvent
-	progress   uint64
-	relist     bool
-	generation uint64
-}
-
 // dispatchItem is one entry of the dispatch queue: what the store
 // committed, or a bookmark tick (bookmarks.go).
 type dispatchItem struct {

@@ -2,6 +2,8 @@ package indexcache
 
 import (
 	"github.com/google/btree"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
 )
 
 // The store's reads: the live state, and the walks over a state's tree.
@@ -80,3 +82,23 @@ func (s *store) scan(tree *btree.BTreeG[*entry], pred *predicate, startKey strin
 // inOneNamespace tells whether pred confines a selection to one namespace's
 // objects (a cluster-scoped resource has none).
 func (s *store) inOneNamespace(pred *predicate) bool { return pred.hasNS && s.namespaced }
+
+// adviceBasisLocked is what index advice is priced from (advice.go): the
+// last commit, how many objects the store holds and the keys it indexes.
+// The caller holds mu.
+func (s *store) adviceBasisLocked() (seq uint64, objects int, indexed map[advice.Key]bool) {
+	indexed = map[advice.Key]bool{}
+	for k := range s.indexes.labels {
+		indexed[advice.Key{Label: true, Key: k}] = true
+	}
+	for _, ix := range s.indexes.fields {
+		indexed[advice.Key{Key: ix.path}] = true
+	}
+	return s.seq, s.tree.Len(), indexed
+}
+
+// namespaceObjectsLocked is how many objects namespace holds. The caller
+// holds mu.
+func (s *store) namespaceObjectsLocked(namespace string) int {
+	return s.indexes.namespaces[namespace]
+}
