@@ -1,9 +1,13 @@
 package indexcache
 
-// The store and the dispatcher meet here and nowhere else: the store hands
-// each change it committed to the dispatcher (dispatcher.handOff), under
-// its ingest lock, so in resourceVersion order. Events are immutable once
-// committed; the dispatcher reads nothing else of the store.
+// The hand-off is the store's one way to the dispatcher: it hands each
+// change it committed over (dispatcher.handOff) under its ingest lock, so in
+// resourceVersion order. An event is read-only once committed (the Objects
+// it hands out are made once), and the dispatcher reads nothing else of the
+// store. Elsewhere only the Cache holds both: it registers a watcher with
+// the dispatcher inside the store's critical section that completes the
+// watcher's initial events (watch.go), and re-homes the watchers or
+// samples index advice under the store's lock (cache.go's lock order).
 
 // committed is what the store hands the dispatcher, in resourceVersion
 // order, and all it hands it: an event, or progress (the resourceVersion

@@ -24,6 +24,8 @@ func (c *Cache) SetIndexes(labelKeys, fieldPaths []string) error {
 	}
 	c.setMu.Lock()
 	defer c.setMu.Unlock()
+	// Run by the store under its lock once the new set is live.
+	rehome := func() { c.disp.rehome(c.chooseRouteLocked) }
 	for {
 		cur, at, tree := c.store.indexBase()
 
@@ -31,7 +33,6 @@ func (c *Cache) SetIndexes(labelKeys, fieldPaths []string) error {
 		if len(built.labels)+len(built.fields) > 0 {
 			tree.Ascend(func(e *entry) bool { built.update(nil, e); return true })
 		}
-		rehome := func() { c.disp.rehome(c.chooseRouteLocked) }
 		if stats, ok := c.store.swapIndexes(next, built, at, rehome); ok {
 			c.m.setIndexValues(stats)
 			klog.V(2).InfoS("Index cache indexes set", "resource", c.resource, "labels", labelKeys, "fields", fieldPaths,
