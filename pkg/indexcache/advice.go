@@ -28,28 +28,22 @@ func adviceKeys(pred *predicate) []advice.Key {
 	return keys
 }
 
-// sampleAdvice gathers, under mu, the indexed keys and the watchers that
-// filter what an index would route away, and has the tracker price them.
+// sampleAdvice gathers, under the store's lock, the indexed keys and the
+// dispatcher's watchers that filter what an index would route away, and has
+// the tracker price them.
 func (c *Cache) sampleAdvice() []advice.Advice {
-	c.mu.RLock()
-	seq, total := c.seq, c.tree.Len()
-	indexed := map[advice.Key]bool{}
-	for k := range c.indexes.labels {
-		indexed[advice.Key{Label: true, Key: k}] = true
-	}
-	for _, ix := range c.indexes.fields {
-		indexed[advice.Key{Key: ix.path}] = true
-	}
+	c.store.mu.RLock()
+	seq, total, indexed := c.store.adviceBasisLocked()
 	var ws []advice.Watcher
-	for w := range c.router.all {
+	c.disp.each(func(w *watcher) {
 		if w.route.kind != routeUnindexed && w.route.kind != routeNamespace || len(w.pred.exact) == 0 {
-			continue
+			return
 		}
 		aw := advice.Watcher{Share: 1, StartSeq: w.startSeq}
 		if w.route.kind == routeNamespace {
 			aw.Share = 0
 			if total > 0 {
-				aw.Share = float64(c.indexes.namespaces[w.route.values[0]]) / float64(total)
+				aw.Share = float64(c.store.namespaceObjectsLocked(w.route.values[0])) / float64(total)
 			}
 		}
 		for _, r := range w.pred.exact {
@@ -60,8 +54,8 @@ func (c *Cache) sampleAdvice() []advice.Advice {
 		if len(aw.Keys) > 0 {
 			ws = append(ws, aw)
 		}
-	}
-	c.mu.RUnlock()
+	})
+	c.store.mu.RUnlock()
 	return c.advice.Sample(seq, indexed, ws)
 }
 

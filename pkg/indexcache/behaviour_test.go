@@ -407,7 +407,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("watch from a dropped rv: %v, want 410 too old resource version", err)
 	}
 	clk.Step(DefaultSnapshotRetention + time.Second)
-	c.expireHistory()
+	c.store.expireHistory()
 	if _, err := c.List(ctx, ListOptions{ResourceVersion: "10", ResourceVersionMatch: metav1.ResourceVersionMatchExact}); !errors.IsResourceExpired(err) {
 		t.Errorf("exact list of a dropped rv: %v, want 410", err)
 	}
@@ -575,9 +575,9 @@ func TestWatchEndsWithContext(t *testing.T) {
 		for range w.ResultChan() {
 		}
 	}
-	c.mu.RLock()
-	left := len(c.router.all)
-	c.mu.RUnlock()
+	c.disp.mu.RLock()
+	left := len(c.disp.router.all)
+	c.disp.mu.RUnlock()
 	if left != 0 {
 		t.Fatalf("%d watchers still registered", left)
 	}
@@ -689,9 +689,9 @@ func TestEventWindowRetention(t *testing.T) {
 		add(rv)
 	}
 	clk.Step(DefaultEventRetention + time.Second)
-	c.expireHistory()
+	c.store.expireHistory()
 	add(161)
-	if n := c.window.Len(); n != 151 {
+	if n := c.store.window.Len(); n != 151 {
 		t.Fatalf("window holds %d events, want all 151", n)
 	}
 	if w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); err != nil {
@@ -705,7 +705,7 @@ func TestEventWindowRetention(t *testing.T) {
 	for rv := uint64(162); rv <= 400; rv++ { // full (200) from 210 on, it drops the stale burst, then grows (400)
 		add(rv)
 	}
-	if n, first := c.window.Len(), c.window.At(0).rv; n != 240 || first != 161 {
+	if n, first := c.store.window.Len(), c.store.window.At(0).rv; n != 240 || first != 161 {
 		t.Fatalf("window holds %d events from %d, want 240 from 161", n, first)
 	}
 	if w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); err != nil {
@@ -739,9 +739,9 @@ func TestWatchWithDoneContext(t *testing.T) {
 	if err := c.Ingest().Add(mkPod("ns", "b", "ub", 11, nil, "", "")); err != nil {
 		t.Fatal(err)
 	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if n := len(c.router.all); n != 0 {
+	c.disp.mu.RLock()
+	defer c.disp.mu.RUnlock()
+	if n := len(c.disp.router.all); n != 0 {
 		t.Fatalf("%d watchers registered", n)
 	}
 }
@@ -814,8 +814,8 @@ func TestBookmarksAreSpreadOverTheInterval(t *testing.T) {
 	}
 	synced(t, c)
 	defer c.Stop()
-	if c.bookmarkSlices != maxBookmarkSlices {
-		t.Fatalf("%d slices for a one-minute interval, want %d (one a second)", c.bookmarkSlices, maxBookmarkSlices)
+	if c.disp.bookmarkSlices != maxBookmarkSlices {
+		t.Fatalf("%d slices for a one-minute interval, want %d (one a second)", c.disp.bookmarkSlices, maxBookmarkSlices)
 	}
 	const n = 3 * maxBookmarkSlices
 	ws := make([]watch.Interface, n)
@@ -849,13 +849,13 @@ func TestBookmarksAreSpreadOverTheInterval(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		total()
 	}
-	c.requestBookmarks(0)
+	c.disp.requestBookmarks(0)
 	drain(n / maxBookmarkSlices)
 	if first := total(); first != n/maxBookmarkSlices {
 		t.Fatalf("the first tick sent %d bookmarks to %d watchers, want %d (one slice)", first, n, n/maxBookmarkSlices)
 	}
-	for s := uint64(1); s < c.bookmarkSlices; s++ {
-		c.requestBookmarks(s)
+	for s := uint64(1); s < c.disp.bookmarkSlices; s++ {
+		c.disp.requestBookmarks(s)
 	}
 	drain(n)
 	for i, g := range got {

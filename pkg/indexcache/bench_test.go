@@ -275,7 +275,7 @@ func BenchmarkRoute(b *testing.B) {
 		// Updates of the first 1000 pods, prepared.
 		var evs []*storeEvent
 		for i := 0; i < 1000; i++ {
-			prev, _ := c.tree.Get(&entry{key: objectKey(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i))})
+			prev, _ := c.store.tree.Get(&entry{key: objectKey(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i))})
 			cur, err := c.newEntry(updated(templates(1, w), 0, 2))
 			if err != nil {
 				b.Fatal(err)
@@ -289,10 +289,10 @@ func BenchmarkRoute(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			ev := evs[i%len(evs)]
-			c.mu.Lock()
-			c.dispatch.epoch++
-			cands = c.router.candidates(ev.prev, ev.cur, c.dispatch.epoch, cands[:0])
-			c.mu.Unlock()
+			c.disp.mu.Lock()
+			c.disp.epoch++
+			cands = c.disp.router.candidates(ev.prev, ev.cur, c.disp.epoch, cands[:0])
+			c.disp.mu.Unlock()
 			for _, wt := range cands {
 				if _, ok := wt.convert(ev); ok {
 					delivered++

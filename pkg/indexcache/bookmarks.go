@@ -6,14 +6,15 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// bookmarkEvent returns a BOOKMARK at rv: an empty object of the served type
-// carrying only the resourceVersion (and, at the end of the initial events,
-// the k8s.io/initial-events-end annotation client-go's WatchList waits for).
-func (c *Cache) bookmarkEvent(rv uint64, initialEnd bool) watch.Event {
-	obj := c.cfg.NewFunc()
+// bookmarkEvent returns a BOOKMARK at rv: obj, an empty object of the
+// served type, carrying only the resourceVersion (and, at the end of the
+// initial events, the k8s.io/initial-events-end annotation client-go's
+// WatchList waits for).
+func bookmarkEvent(obj runtime.Object, rv uint64, initialEnd bool) watch.Event {
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetResourceVersion(strconv.FormatUint(rv, 10))
 		if initialEnd {
@@ -32,9 +33,9 @@ func bookmarkSlicesFor(interval time.Duration) uint64 {
 // requestBookmarks asks the dispatcher to send a bookmark to every watcher
 // of slice that allows them, in order with the events. A full queue skips
 // this tick: the watchers are getting events anyway.
-func (c *Cache) requestBookmarks(slice uint64) {
+func (d *dispatcher) requestBookmarks(slice uint64) {
 	select {
-	case c.queue <- dispatchItem{bookmark: true, bookmarkSlice: slice}:
+	case d.queue <- dispatchItem{bookmark: true, bookmarkSlice: slice}:
 	default:
 	}
 }
@@ -45,49 +46,49 @@ func (c *Cache) requestBookmarks(slice uint64) {
 // of the last item it dispatched, so every event up to rv has been offered.
 // A watcher with a full buffer skips this one; bookmarks are never worth
 // blocking for.
-func (c *Cache) sendBookmarks(rv, slice uint64) {
-	c.mu.RLock()
+func (d *dispatcher) sendBookmarks(rv, slice uint64) {
+	d.mu.RLock()
 	var ws []*watcher
-	for w := range c.router.all {
-		if w.allowBookmarks && w.slot%c.bookmarkSlices == slice && w.sentRV.Load() < rv {
+	for w := range d.router.all {
+		if w.allowBookmarks && w.slot%d.bookmarkSlices == slice && w.sentRV.Load() < rv {
 			ws = append(ws, w)
 		}
 	}
-	c.mu.RUnlock()
+	d.mu.RUnlock()
 	if len(ws) == 0 {
 		return
 	}
-	c.deliverBookmark(ws, rv)
+	d.deliverBookmark(ws, rv)
 }
 
 // requestBookmarkFor asks the dispatcher to send w a bookmark (the one
 // before its deadline), in order with the events. It waits for room in the
 // queue: the last bookmark of a watch is worth it.
-func (c *Cache) requestBookmarkFor(w *watcher) {
+func (d *dispatcher) requestBookmarkFor(w *watcher) {
 	select {
-	case c.queue <- dispatchItem{bookmark: true, bookmarkFor: w}:
+	case d.queue <- dispatchItem{bookmark: true, bookmarkFor: w}:
 	case <-w.done:
-	case <-c.stopCh:
+	case <-d.stopCh:
 	}
 }
 
 // sendBookmarkTo gives w a bookmark at rv, news or not, as kube-apiserver
 // sends the one before a deadline: the client then knows it has everything
 // up to rv. Never below what w was sent.
-func (c *Cache) sendBookmarkTo(w *watcher, rv uint64) {
+func (d *dispatcher) sendBookmarkTo(w *watcher, rv uint64) {
 	if w.allowBookmarks && w.sentRV.Load() <= rv {
-		c.deliverBookmark([]*watcher{w}, rv)
+		d.deliverBookmark([]*watcher{w}, rv)
 	}
 }
 
 // deliverBookmark sends one bookmark at rv to ws, skipping those whose
 // buffer is full.
-func (c *Cache) deliverBookmark(ws []*watcher, rv uint64) {
+func (d *dispatcher) deliverBookmark(ws []*watcher, rv uint64) {
 	// One object for all: encoded once per encoder like any event.
-	bm := c.bookmarkEvent(rv, false)
+	bm := bookmarkEvent(d.newFunc(), rv, false)
 	bm.Object = newObject(bm.Object, &kept{}, nil)
-	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
+	d.sendMu.Lock()
+	defer d.sendMu.Unlock()
 	for _, w := range ws {
 		if w.stopped() {
 			continue

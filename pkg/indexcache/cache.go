@@ -6,15 +6,12 @@ import (
 	"reflect"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/google/btree"
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/history"
 )
 
 // Defaults for the zero values of Config.
@@ -41,33 +38,55 @@ const (
 	minBookmarkTick   = time.Second
 )
 
-// Cache is the indexed watch cache of one resource. It has two sides:
+// Cache is the indexed watch cache of one resource. It is a façade over
+// two types with one job each, as upstream's cacher splits its watchCache
+// from its Cacher:
 //
-//   - ingest (ingest.go): the Reflector's writes are committed to the state
-//     (tree, indexes, event window, rv) under mu, one at a time, then queued
-//     for dispatch. A relist is built beside the state and swapped in whole.
-//   - dispatch (dispatch.go): one goroutine takes the queue in order and
-//     delivers each event to the watchers the routing indexes find. A slow
-//     watcher can hold it for at most the shared time budget; ingest only
-//     waits when the queue is full.
+//   - store (store*.go, index.go, snapshots.go): the current objects, their
+//     indexes, the resourceVersion, the event window and the snapshots. The
+//     Reflector's writes (ingest.go) are committed there one at a time; a
+//     relist is built beside the state and swapped in whole. It answers
+//     lists, gets and a watch's initial state or replay.
+//   - dispatcher (dispatcher.go, dispatch.go, bookmarks.go, router.go,
+//     watcher.go): the watchers. One goroutine takes, in order, what the
+//     store committed and delivers each event to the watchers the routing
+//     indexes find. A slow watcher can hold it for at most the shared time
+//     budget; ingest only waits when the queue is full.
 //
-// Readers (List, Get, Watch registration) take mu for reading, for O(1)
-// work (a copy-on-write clone) or a pointer copy of the index bucket their
-// selector names (sorted after the lock is released); they never wait for
-// dispatch. Whether a consistent read is answered here or
-// upstream is decided outside, by package consistentread; the cache only
-// waits for freshness (freshness.go, consistent.go).
+// The store hands each committed change to the dispatcher (handOff), in
+// resourceVersion order; that is all either knows of the other. The Cache
+// does the rest: it parses requests, waits for freshness (freshness.go,
+// consistent.go), cuts pages (list.go), and registers a watcher with the
+// dispatcher inside the store's critical section that completes its
+// initial events (watch.go), so that no event falls between them or is
+// sent twice.
+//
+// Readers (List, Get, Watch registration) take store.mu for reading, for
+// O(1) work (a copy-on-write clone) or a pointer copy of the index bucket
+// their selector names (sorted after the lock is released); they never
+// wait for dispatch. Whether a consistent read is answered here or
+// upstream is decided outside, by package consistentread.
 //
 // Lock order, the one place it is written down:
 //
-//	setMu -> ingestMu -> mu -> {snapshots, cloneMu}
-//	sendMu -> mu
+//	Cache.setMu -> store.ingestMu -> store.mu -> {store.snapshots, store.cloneMu}
+//	store.mu -> dispatcher.mu
+//	dispatcher.sendMu -> dispatcher.mu
 //
-// ingestMu serializes writers (ingest, relist, index swaps) and the
-// enqueueing of what they committed, so the queue is in resourceVersion
-// order. sendMu is held by the dispatcher while it sends to watchers, and by
-// whoever closes a direct watcher's channel, so no send hits a closed
-// channel.
+// Each lock belongs to one type:
+//
+//   - Cache.setMu: one index change (SetIndexes) at a time.
+//   - store.ingestMu serializes the store's writers (ingest, relist, index
+//     swaps) and the hand-off of what they committed, so the dispatch queue
+//     is in resourceVersion order.
+//   - store.mu guards the store's state; store.cloneMu its tree's clones.
+//   - dispatcher.mu guards the registered watchers and their routes. It is
+//     taken under store.mu only by the Cache, where it registers a watcher,
+//     re-homes the watchers after an index swap or samples index advice; the
+//     dispatcher never takes a store lock.
+//   - dispatcher.sendMu is held by the dispatcher while it sends to
+//     watchers, and by whoever closes a direct watcher's channel, so no send
+//     hits a closed channel.
 type Cache struct {
 	cfg        Config
 	resource   string
@@ -77,44 +96,12 @@ type Cache struct {
 	m          *cacheMetrics
 	advice     *advice.Tracker // advice.go gathers for it
 
-	ingestMu sync.Mutex
-	// tombstones are deletions waiting for a resourceVersion of their own
-	// (addTombstone), oldest first; guarded by ingestMu.
-	tombstones []string
-	setMu      sync.Mutex        // one index change at a time
-	queue      chan dispatchItem // written under ingestMu, read by dispatch
-	sendMu     sync.Mutex
-	dispatch   dispatcher // owned by the dispatch goroutine
-	// bookmarkSlices: see maxBookmarkSlices; watchers take slots in turn.
-	bookmarkSlices uint64
-	watcherSlots   atomic.Uint64
+	setMu sync.Mutex // one index change at a time
+	store *store
+	disp  *dispatcher
 
-	mu      sync.RWMutex
-	cloneMu sync.Mutex // btree Clone writes to the source tree: one at a time
-	tree    *btree.BTreeG[*entry]
-	indexes *indexSet
-	rv      uint64
-	seq     uint64 // of the last committed event
-	// rvChanged is closed and replaced when rv advances.
-	rvChanged chan struct{}
-	synced    bool
-	// oldHistoryRV is the highest resourceVersion served before upstream
-	// went back (a relist older than the cache): the ones above rv up to
-	// it are from a history upstream no longer has.
-	oldHistoryRV uint64
-	stopped      bool
-	// generation counts relists: work prepared outside mu is redone if a
-	// relist swapped the state meanwhile.
-	generation uint64
-	window     history.Window[*storeEvent]
-	router     *router
-
-	snapshots *history.Snapshots[*btree.BTreeG[*entry]] // snapshots.go
-	statsMemo statsMemo                                 // stats.go
-
-	stopOnce sync.Once
-	stopCh   chan struct{}
-	done     chan struct{} // closed when the dispatcher has returned
+	statsMemo statsMemo // stats.go
+	stopOnce  sync.Once
 
 	// broadcast registers every watcher as unindexed and hexShards matches
 	// shard selectors by formatting and comparing hex hashes per watcher:
@@ -122,8 +109,6 @@ type Cache struct {
 	// Tests only.
 	broadcast, hexShards bool
 }
-
-func lessEntry(a, b *entry) bool { return a.key < b.key }
 
 // New returns an empty cache; it becomes synced with the first Replace.
 func New(cfg Config) (*Cache, error) {
@@ -160,19 +145,9 @@ func New(cfg Config) (*Cache, error) {
 		}
 	}
 	c := &Cache{
-		cfg:       cfg,
-		resource:  cfg.GroupResource.String(),
-		fieldIDs:  map[string]int{},
-		tree:      btree.NewG(32, lessEntry),
-		rvChanged: make(chan struct{}),
-		window:    history.NewWindow[*storeEvent](cfg.EventWindow, cfg.EventRetention),
-		router:    newRouter(),
-		snapshots: history.NewSnapshots[*btree.BTreeG[*entry]](cfg.SnapshotRetention, maxSnapshots),
-		stopCh:    make(chan struct{}),
-		done:      make(chan struct{}),
-		queue:     make(chan dispatchItem, dispatchQueue),
-
-		bookmarkSlices: bookmarkSlicesFor(cfg.BookmarkInterval),
+		cfg:      cfg,
+		resource: cfg.GroupResource.String(),
+		fieldIDs: map[string]int{},
 	}
 	c.objType = reflect.TypeOf(cfg.NewFunc())
 	for name := range cfg.Fields {
@@ -183,37 +158,30 @@ func New(cfg Config) (*Cache, error) {
 		c.fieldIDs[name] = i
 	}
 
-	c.indexes = newIndexSet()
+	alwaysIndexed := map[int]string{}
 	for _, f := range cfg.AlwaysIndexedFields {
-		c.indexes.fields[c.fieldIDs[f]] = &fieldIndex{path: f, values: valueIndex{}}
+		alwaysIndexed[c.fieldIDs[f]] = f
 	}
 	c.m = newCacheMetrics(c.resource)
 	c.advice = advice.NewTracker(cfg.Clock, c.resource, housekeepingInterval)
-	c.dispatch.budget = newTimeBudget(cfg.Clock, cfg.SlowWatcherBudget)
-	go c.runDispatch()
+	c.disp = newDispatcher(&c.cfg, c.resource, c, c.m)
+	c.store = newStore(&c.cfg, c.resource, alwaysIndexed, c.m, c.withRV, c.disp.handOff)
+	c.disp.start()
 	return c, nil
 }
 
 // HasSynced tells whether the first list has been loaded.
-func (c *Cache) HasSynced() bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.synced
-}
+func (c *Cache) HasSynced() bool { return c.store.hasSynced() }
 
 // ResourceVersion is the resourceVersion the cache has caught up to.
-func (c *Cache) ResourceVersion() uint64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.rv
-}
+func (c *Cache) ResourceVersion() uint64 { return c.store.resourceVersion() }
 
 // Run sends bookmarks (one slice of the watchers per tick, each watcher
 // once per BookmarkInterval), and expires snapshots and refreshes the index
 // size metrics every housekeepingInterval, until stopCh closes; then it
 // stops every watcher.
 func (c *Cache) Run(stopCh <-chan struct{}) {
-	bookmarks := c.cfg.Clock.NewTicker(c.cfg.BookmarkInterval / time.Duration(c.bookmarkSlices))
+	bookmarks := c.cfg.Clock.NewTicker(c.cfg.BookmarkInterval / time.Duration(c.disp.bookmarkSlices))
 	defer bookmarks.Stop()
 	var slice uint64
 	housekeeping := c.cfg.Clock.NewTicker(housekeepingInterval)
@@ -223,13 +191,13 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 		case <-stopCh:
 			c.Stop()
 			return
-		case <-c.stopCh:
+		case <-c.disp.stopCh:
 			return
 		case <-bookmarks.C():
-			c.requestBookmarks(slice)
-			slice = (slice + 1) % c.bookmarkSlices
+			c.disp.requestBookmarks(slice)
+			slice = (slice + 1) % c.disp.bookmarkSlices
 		case <-housekeeping.C():
-			c.expireHistory()
+			c.store.expireHistory()
 			c.m.setIndexValues(c.IndexStats()) // cardinality drifts with ingest
 			c.sampleAdvice()
 		}
@@ -239,17 +207,10 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 // Stop closes every watcher, refuses new ones and ends Run and dispatch.
 func (c *Cache) Stop() {
 	c.stopOnce.Do(func() {
-		c.mu.Lock()
-		c.stopped = true
-		ws := c.router.list()
-		c.router = newRouter()
-		c.publishWatchersLocked()
-		c.mu.Unlock()
-		close(c.stopCh)
-		for _, w := range ws {
-			w.stop(stopCache, false)
-		}
-		<-c.done
+		// Refuse new watchers first: one registering now is either in the
+		// dispatcher by the time the store is stopped, or sees it stopped.
+		c.store.stop()
+		c.disp.stop()
 	})
 }
 
@@ -259,9 +220,7 @@ func (c *Cache) Get(ctx context.Context, namespace, name, resourceVersion string
 	if err := c.waitFresh(ctx, resourceVersion); err != nil {
 		return nil, err
 	}
-	c.mu.RLock()
-	e, ok := c.tree.Get(&entry{key: objectKey(namespace, name)})
-	c.mu.RUnlock()
+	e, ok := c.store.get(objectKey(namespace, name))
 	if !ok {
 		return nil, errors.NewNotFound(c.cfg.GroupResource, name)
 	}

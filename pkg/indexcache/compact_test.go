@@ -69,16 +69,16 @@ func TestCompactHolding(t *testing.T) {
 	if obj, ok, err := c.Ingest().GetByKey("ns/a"); err != nil || !ok || obj.(*indexing.Pod).ResourceVersion != "11" {
 		t.Fatalf("store: %v %v %v", obj, ok, err)
 	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	c.tree.Ascend(func(e *entry) bool {
+	c.store.mu.RLock()
+	defer c.store.mu.RUnlock()
+	c.store.tree.Ascend(func(e *entry) bool {
 		if e.obj != nil {
 			t.Errorf("%s is held decoded", e.key)
 		}
 		return true
 	})
-	for i := 0; i < c.window.Len(); i++ {
-		ev := c.window.At(i)
+	for i := 0; i < c.store.window.Len(); i++ {
+		ev := c.store.window.At(i)
 		for _, e := range []*entry{ev.prev, ev.cur, ev.gone} {
 			if e != nil && e.obj != nil {
 				t.Errorf("the window holds %s@%d decoded", e.key, e.rv)

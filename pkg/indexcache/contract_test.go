@@ -36,13 +36,13 @@ const contractWait = 10 * time.Second
 
 // bookmarkNow sends the periodic bookmarks of every slice now.
 func bookmarkNow(c *Cache) {
-	for s := range c.bookmarkSlices {
-		c.requestBookmarks(s)
+	for s := range c.disp.bookmarkSlices {
+		c.disp.requestBookmarks(s)
 	}
 }
 
 // housekeep runs the periodic snapshot expiry now.
-func housekeep(c *Cache) { c.expireHistory() }
+func housekeep(c *Cache) { c.store.expireHistory() }
 
 // newCacheWith is newTestCache with changes to the test config.
 func newCacheWith(t testing.TB, change func(*Config)) *Cache {

@@ -1,11 +1,10 @@
 package indexcache
 
 import (
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/utils/clock"
+	"k8s.io/klog/v2"
 )
 
 // dispatchQueue is how many committed changes may wait for dispatch before
@@ -13,17 +12,10 @@ import (
 // budget, so a full queue drains in bounded time.
 const dispatchQueue = 1024
 
-// dispatchItem is one entry of the dispatch queue, in resourceVersion order:
-// an event, a progress (the resourceVersion advanced without an event;
-// with a relist, the watchers it ends once they have had every event
-// before it), or a bookmark tick.
+// dispatchItem is one entry of the dispatch queue: what the store
+// committed, or a bookmark tick (bookmarks.go).
 type dispatchItem struct {
-	ev       *storeEvent
-	progress uint64
-	end      []*watcher
-	// relist: progress is the relist's resourceVersion, which may be below
-	// the last one dispatched (upstream went back).
-	relist   bool
+	committed
 	bookmark bool
 	// bookmarkSlice: the watchers whose slot falls in it get the bookmark;
 	// or only bookmarkFor, when set.
@@ -31,48 +23,37 @@ type dispatchItem struct {
 	bookmarkFor   *watcher
 }
 
-// dispatcher is the dispatch goroutine's own state.
-type dispatcher struct {
-	epoch  uint64     // per event; marks watchers already taken as candidates
-	cands  []*watcher // reused candidate buffer
-	budget *timeBudget
-	// rv is the resourceVersion of the last item dispatched: every event up
-	// to it has been offered to its watchers, so a bookmark may claim it.
-	rv uint64
-}
-
-// enqueue hands committed changes to the dispatcher in order. The caller
-// holds ingestMu. It waits while the queue is full; after Stop it drops.
-func (c *Cache) enqueue(it dispatchItem) {
+// handOff queues what the store committed for dispatch. The store calls it
+// under its ingest lock, so the queue is in resourceVersion order. It waits
+// while the queue is full; after stop it drops.
+func (d *dispatcher) handOff(c committed) {
 	select {
-	case c.queue <- it:
-	case <-c.stopCh:
+	case d.queue <- dispatchItem{committed: c}:
+	case <-d.stopCh:
 	}
 }
 
-// runDispatch delivers the queue until Stop.
-func (c *Cache) runDispatch() {
-	defer close(c.done)
+// run delivers the queue until stop.
+func (d *dispatcher) run() {
+	defer close(d.done)
 	for {
 		select {
-		case <-c.stopCh:
+		case <-d.stopCh:
 			return
-		case it := <-c.queue:
+		case it := <-d.queue:
 			switch {
 			case it.ev != nil:
-				c.dispatchEvent(it.ev)
-				c.dispatch.rv = max(c.dispatch.rv, it.ev.rv)
+				d.dispatchEvent(it.ev)
+				d.rv = max(d.rv, it.ev.rv)
 			case it.bookmarkFor != nil:
-				c.sendBookmarkTo(it.bookmarkFor, c.dispatch.rv)
+				d.sendBookmarkTo(it.bookmarkFor, d.rv)
 			case it.bookmark:
-				c.sendBookmarks(c.dispatch.rv, it.bookmarkSlice)
+				d.sendBookmarks(d.rv, it.bookmarkSlice)
+			case it.relist:
+				d.endBefore(it.generation)
+				d.rv = it.progress
 			default:
-				c.endWatchers(it.end)
-				if it.relist {
-					c.dispatch.rv = it.progress
-				} else {
-					c.dispatch.rv = max(c.dispatch.rv, it.progress)
-				}
+				d.rv = max(d.rv, it.progress)
 			}
 		}
 	}
@@ -80,37 +61,46 @@ func (c *Cache) runDispatch() {
 
 // dispatchEvent finds the candidate watchers of ev through the routing
 // indexes and delivers it to those whose selection it concerns.
-func (c *Cache) dispatchEvent(ev *storeEvent) {
-	d := &c.dispatch
-	c.mu.RLock()
+func (d *dispatcher) dispatchEvent(ev *storeEvent) {
+	d.mu.RLock()
 	d.epoch++
-	cands := c.router.candidates(ev.prev, ev.cur, d.epoch, d.cands[:0])
-	watchers := len(c.router.all)
-	c.mu.RUnlock()
+	cands := d.router.candidates(ev.prev, ev.cur, d.epoch, d.cands[:0])
+	watchers := len(d.router.all)
+	d.mu.RUnlock()
 
-	c.m.candidates.Observe(float64(len(cands)))
-	c.sendMu.Lock()
-	delivered := c.deliver(ev, cands)
-	c.sendMu.Unlock()
+	d.m.candidates.Observe(float64(len(cands)))
+	d.sendMu.Lock()
+	delivered := d.deliver(ev, cands)
+	d.sendMu.Unlock()
 	// Filtered: watchers routing spared this event, plus candidates whose
 	// selector rejected it.
 	if filtered := watchers - delivered; filtered > 0 {
-		c.m.filtered.Add(float64(filtered))
+		d.m.filtered.Add(float64(filtered))
 	}
 	if delivered > 0 {
-		c.m.dispatched.Add(float64(delivered))
+		d.m.dispatched.Add(float64(delivered))
 	}
 	clear(cands)
 	d.cands = cands[:0]
 }
 
-// endWatchers stops the watchers a relist ended.
-func (c *Cache) endWatchers(ws []*watcher) {
+// endBefore stops the watchers registered before generation: a relist
+// replaced the state they started from.
+func (d *dispatcher) endBefore(generation uint64) {
+	var ws []*watcher
+	d.mu.RLock()
+	for w := range d.router.all {
+		if w.generation < generation {
+			ws = append(ws, w)
+		}
+	}
+	d.mu.RUnlock()
 	if len(ws) == 0 {
 		return
 	}
-	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
+	klog.InfoS("Ending the watchers opened before a relist", "resource", d.resource, "watchers", len(ws))
+	d.sendMu.Lock()
+	defer d.sendMu.Unlock()
 	for _, w := range ws {
 		w.stop(stopRelist, true)
 	}
@@ -122,7 +112,7 @@ func (c *Cache) endWatchers(ws []*watcher) {
 // whose buffer is full gets a share of a bounded time budget shared by all
 // (as kube-apiserver's dispatchTimeoutBudget), after which it alone is
 // closed; its client resumes from the last resourceVersion it saw.
-func (c *Cache) deliver(ev *storeEvent, cands []*watcher) int {
+func (d *dispatcher) deliver(ev *storeEvent, cands []*watcher) int {
 	delivered := 0
 	var budget time.Duration
 	took := false
@@ -142,29 +132,29 @@ func (c *Cache) deliver(ev *storeEvent, cands []*watcher) int {
 		default:
 		}
 		if !took {
-			budget, took = c.dispatch.budget.take(), true
+			budget, took = d.budget.take(), true
 		}
-		start := c.cfg.Clock.Now()
-		if c.waitToSend(w, out, budget) {
+		start := d.clock.Now()
+		if d.waitToSend(w, out, budget) {
 			w.sentRV.Store(ev.rv)
 		} else {
-			c.m.slowClosed.Inc()
+			d.m.slowClosed.Inc()
 			w.stop(stopSlow, true)
 		}
-		if budget -= c.cfg.Clock.Since(start); budget < 0 {
+		if budget -= d.clock.Since(start); budget < 0 {
 			budget = 0
 		}
 	}
 	if took {
-		c.dispatch.budget.giveBack(budget)
+		d.budget.giveBack(budget)
 	}
 	return delivered
 }
 
-// waitToSend blocks up to d for room in w's buffer. It reports false when
-// the time ran out (a watcher that stopped meanwhile counts as served).
-func (c *Cache) waitToSend(w *watcher, ev watch.Event, d time.Duration) bool {
-	if d <= 0 {
+// waitToSend blocks up to timeout for room in w's buffer. It reports false
+// when the time ran out (a watcher that stopped meanwhile counts as served).
+func (d *dispatcher) waitToSend(w *watcher, ev watch.Event, timeout time.Duration) bool {
+	if timeout <= 0 {
 		select {
 		case w.sink() <- ev:
 			return true
@@ -174,7 +164,7 @@ func (c *Cache) waitToSend(w *watcher, ev watch.Event, d time.Duration) bool {
 			return false
 		}
 	}
-	t := c.cfg.Clock.NewTimer(d)
+	t := d.clock.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case w.sink() <- ev:
@@ -183,45 +173,5 @@ func (c *Cache) waitToSend(w *watcher, ev watch.Event, d time.Duration) bool {
 		return true
 	case <-t.C():
 		return false
-	}
-}
-
-// timeBudget is the time the dispatcher may spend blocked on slow watchers:
-// it refills at 1/20 of real time up to max, like kube-apiserver's
-// time_budget.go (50ms per second, 100ms max), so a steady trickle of slow
-// watchers cannot throttle ingest.
-type timeBudget struct {
-	mu     sync.Mutex
-	clock  clock.Clock
-	budget time.Duration
-	max    time.Duration
-	last   time.Time
-}
-
-func newTimeBudget(clk clock.Clock, max time.Duration) *timeBudget {
-	return &timeBudget{clock: clk, budget: max, max: max, last: clk.Now()}
-}
-
-// take returns all the available budget.
-func (t *timeBudget) take() time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.clock.Now()
-	if elapsed := now.Sub(t.last); elapsed > 0 {
-		t.budget += elapsed / 20
-	}
-	t.last = now
-	t.budget = min(t.budget, t.max)
-	out := t.budget
-	t.budget = 0
-	return out
-}
-
-// giveBack returns the unused part of what take returned.
-func (t *timeBudget) giveBack(unused time.Duration) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if unused > 0 {
-		t.budget = min(t.budget+unused, t.max)
 	}
 }

@@ -39,7 +39,7 @@ func (ev *storeEvent) Seq() uint64   { return ev.seq }
 func (ev *storeEvent) At() time.Time { return ev.at }
 
 // object is the event's new state, handed out once for all its watchers.
-func (ev *storeEvent) object(c *Cache) runtime.Object {
+func (ev *storeEvent) object(c objectMaker) runtime.Object {
 	ev.curOnce.Do(func() { ev.curObj = c.object(ev.cur) })
 	return ev.curObj
 }
@@ -47,7 +47,7 @@ func (ev *storeEvent) object(c *Cache) runtime.Object {
 // goneObject is what a watcher that stops matching receives with DELETED:
 // the previous state carrying the event's resourceVersion, as kube-apiserver
 // sends it (cacheWatcher.convertToWatchEvent).
-func (ev *storeEvent) goneObject(c *Cache) runtime.Object {
+func (ev *storeEvent) goneObject(c objectMaker) runtime.Object {
 	ev.goneOnce.Do(func() {
 		if ev.typ == watch.Deleted {
 			ev.goneObj = c.object(ev.cur)

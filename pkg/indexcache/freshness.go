@@ -8,19 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/errors"
 )
 
-// setRVLocked advances the resourceVersion (never back) and wakes readers
-// waiting for it; it reports whether it advanced.
-func (c *Cache) setRVLocked(rv uint64) bool {
-	if rv <= c.rv {
-		return false
-	}
-	c.rv = rv
-	close(c.rvChanged)
-	c.rvChanged = make(chan struct{})
-	c.m.rv.Set(float64(rv))
-	return true
-}
-
 // CheckReady fails like kube-apiserver's cacher until the first list loaded.
 func (c *Cache) CheckReady() error { return c.checkReady() }
 
@@ -41,9 +28,7 @@ func (c *Cache) WaitUntil(ctx context.Context, rv uint64, askProgress bool, slot
 
 // checkReady fails like kube-apiserver's cacher until the first list loaded.
 func (c *Cache) checkReady() error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if !c.synced {
+	if !c.store.hasSynced() {
 		return errNotReady()
 	}
 	return nil
@@ -89,9 +74,7 @@ func (c *Cache) waitFor(ctx context.Context, rv uint64) error {
 func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool, slots chan struct{}) (slot bool, err error) {
 	var timeout, retry <-chan time.Time
 	for {
-		c.mu.RLock()
-		cur, changed := c.rv, c.rvChanged
-		c.mu.RUnlock()
+		cur, changed := c.store.progress()
 		if cur >= rv {
 			return false, nil
 		}
@@ -120,23 +103,4 @@ func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool, slot
 			return false, errors.NewTimeoutError(fmt.Sprintf("request ended while waiting for resource version %d: %v", rv, ctx.Err()), 1)
 		}
 	}
-}
-
-// fromOldHistoryLocked tells whether rv, newer than the cache, was handed
-// out before upstream went back: the state it names is gone, so a watch,
-// continue token or Exact read from it is 410 (the client relists) rather
-// than a resourceVersion to wait for. The caller holds mu.
-func (c *Cache) fromOldHistoryLocked(rv uint64) bool {
-	return rv > c.rv && rv <= c.oldHistoryRV
-}
-
-// checkNotOldHistory fails with 410 for a resourceVersion of the history
-// upstream went back from.
-func (c *Cache) checkNotOldHistory(rv uint64) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.fromOldHistoryLocked(rv) {
-		return errTooOldRV(rv, c.window.StartRV())
-	}
-	return nil
 }

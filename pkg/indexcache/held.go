@@ -4,11 +4,9 @@ package indexcache
 // (each version's serializations, or its compact form). It walks the
 // objects under the read lock: for status, now and then, not per request.
 func (c *Cache) Held() (objects int, bytes int64) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	c.tree.Ascend(func(e *entry) bool {
+	objects = c.store.each(func(e *entry) bool {
 		bytes += int64(e.kept.size())
 		return true
 	})
-	return c.tree.Len(), bytes
+	return objects, bytes
 }

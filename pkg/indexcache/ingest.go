@@ -5,7 +5,6 @@ import (
 	"strconv"
 
 	"github.com/google/btree"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -44,33 +43,19 @@ func (i *ingest) UpdateResourceVersion(rv string) {
 		klog.V(4).InfoS("Ignoring an invalid resourceVersion", "resource", i.c.resource, "resourceVersion", rv)
 		return
 	}
-	c := i.c
-	c.ingestMu.Lock()
-	defer c.ingestMu.Unlock()
-	c.settleTombstones(v)
-	c.mu.Lock()
-	advanced := c.setRVLocked(v)
-	c.mu.Unlock()
-	if advanced {
-		c.enqueue(dispatchItem{progress: v})
-	}
+	i.c.store.advanceTo(v)
 }
 
 func (i *ingest) List() []interface{} {
 	c := i.c
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	out := make([]interface{}, 0, c.tree.Len())
-	c.tree.Ascend(func(e *entry) bool { out = append(out, c.decoded(e)); return true })
+	out := make([]interface{}, 0, c.store.size())
+	c.store.each(func(e *entry) bool { out = append(out, c.decoded(e)); return true })
 	return out
 }
 
 func (i *ingest) ListKeys() []string {
-	c := i.c
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	out := make([]string, 0, c.tree.Len())
-	c.tree.Ascend(func(e *entry) bool { out = append(out, e.key); return true })
+	out := make([]string, 0, i.c.store.size())
+	i.c.store.each(func(e *entry) bool { out = append(out, e.key); return true })
 	return out
 }
 
@@ -83,11 +68,8 @@ func (i *ingest) Get(obj interface{}) (interface{}, bool, error) {
 }
 
 func (i *ingest) GetByKey(key string) (interface{}, bool, error) {
-	c := i.c
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if e, ok := c.tree.Get(&entry{key: key}); ok {
-		return c.decoded(e), true, nil
+	if e, ok := i.c.store.get(key); ok {
+		return i.c.decoded(e), true, nil
 	}
 	return nil, false, nil
 }
@@ -101,135 +83,19 @@ func (c *Cache) toEntry(obj interface{}) (*entry, error) {
 	return c.newEntry(o)
 }
 
-// apply stores one watch event from upstream and delivers it to the
-// watchers it concerns.
+// apply stores one watch event from upstream; the store hands it to the
+// dispatcher, which delivers it to the watchers it concerns.
 func (c *Cache) apply(obj interface{}, deleted bool) error {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		c.ingestMu.Lock()
-		defer c.ingestMu.Unlock()
-		c.addTombstone(tomb.Key)
+		c.store.tombstone(tomb.Key)
 		return nil
 	}
 	e, err := c.toEntry(obj)
 	if err != nil {
 		return err
 	}
-
-	c.ingestMu.Lock()
-	defer c.ingestMu.Unlock()
-	// This event is newer news of its key than a tombstone waiting for it;
-	// the resourceVersions before its own are free for the others.
-	c.dropTombstone(e.key)
-	c.settleTombstones(e.rv - 1)
-	c.mu.Lock()
-	prev, existed := c.tree.Get(&entry{key: e.key})
-	var ev *storeEvent
-	switch {
-	case deleted && !existed:
-		advanced := c.setRVLocked(e.rv)
-		c.mu.Unlock()
-		if advanced {
-			c.enqueue(dispatchItem{progress: e.rv})
-		}
-		return nil
-	case deleted:
-		ev = &storeEvent{typ: watch.Deleted, prev: prev, cur: e, rv: e.rv}
-	case existed && e.rv <= prev.rv:
-		// A duplicate or stale update (e.g. re-delivered after a relist).
-		c.mu.Unlock()
-		klog.V(4).InfoS("Ignoring a stale update", "resource", c.resource, "key", e.key, "resourceVersion", e.rv, "cached", prev.rv)
-		return nil
-	case existed:
-		ev = &storeEvent{typ: watch.Modified, prev: prev, cur: e, rv: e.rv}
-	default:
-		ev = &storeEvent{typ: watch.Added, cur: e, rv: e.rv}
-	}
-	c.commitLocked(ev)
-	objects := c.tree.Len()
-	c.mu.Unlock()
-	c.m.objects.Set(float64(objects))
-	c.enqueue(dispatchItem{ev: ev})
+	c.store.apply(e, deleted)
 	return nil
-}
-
-// addTombstone takes a deletion whose final state and resourceVersion are
-// unknown (a DeletedFinalStateUnknown; a Reflector never hands a store
-// one, informers' DeltaFIFO does). Stamped with the cache's resourceVersion
-// it would share that resume point with the event before it: a client that
-// saw that event and resumed from it would never see the deletion (and a
-// bookmark there would have promised it had everything). So it waits for
-// the first resourceVersion upstream shows to be free of this resource's
-// events (settleTombstones); until then the object stays, as it was before
-// the tombstone came. The caller holds ingestMu.
-func (c *Cache) addTombstone(key string) {
-	for _, k := range c.tombstones {
-		if k == key {
-			return
-		}
-	}
-	c.tombstones = append(c.tombstones, key)
-}
-
-// dropTombstone forgets a waiting tombstone of key. The caller holds
-// ingestMu.
-func (c *Cache) dropTombstone(key string) {
-	for i, k := range c.tombstones {
-		if k == key {
-			c.tombstones = append(c.tombstones[:i], c.tombstones[i+1:]...)
-			return
-		}
-	}
-}
-
-// settleTombstones commits the waiting tombstones' deletions, oldest first,
-// each at a resourceVersion of its own after the cache's, up to upTo: a
-// progress notification at N proves none of this resource's events falls
-// in (rv, N], an event at N none in (rv, N). The caller holds ingestMu and
-// not mu.
-func (c *Cache) settleTombstones(upTo uint64) {
-	for len(c.tombstones) > 0 {
-		c.mu.Lock()
-		rv := c.rv + 1
-		if rv > upTo {
-			c.mu.Unlock()
-			return
-		}
-		key := c.tombstones[0]
-		c.tombstones = c.tombstones[1:]
-		prev, ok := c.tree.Get(&entry{key: key})
-		if !ok {
-			c.mu.Unlock()
-			continue
-		}
-		ev := &storeEvent{typ: watch.Deleted, prev: prev, cur: c.withRV(prev, rv), rv: rv}
-		c.commitLocked(ev)
-		objects := c.tree.Len()
-		c.mu.Unlock()
-		c.m.objects.Set(float64(objects))
-		c.enqueue(dispatchItem{ev: ev})
-	}
-}
-
-// commitLocked applies ev to the store, the indexes and the event window.
-// The caller holds ingestMu and mu, and enqueues ev once it releases mu.
-func (c *Cache) commitLocked(ev *storeEvent) {
-	if ev.typ == watch.Deleted {
-		c.tree.Delete(ev.prev)
-		c.indexes.update(ev.prev, nil)
-	} else {
-		if ev.prev != nil {
-			ev.cur.cell = ev.prev.cell
-		} else {
-			ev.cur.cell = &cell{}
-		}
-		ev.cur.cell.e = ev.cur
-		c.tree.ReplaceOrInsert(ev.cur)
-		c.indexes.update(ev.prev, ev.cur)
-	}
-	c.seq++
-	ev.seq, ev.at = c.seq, c.cfg.Clock.Now()
-	c.window.Add(ev)
-	c.setRVLocked(ev.rv)
 }
 
 // Replace loads a full list. The first one fills the cache. A later one
@@ -265,76 +131,6 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 		tree.ReplaceOrInsert(e)
 	}
 
-	c.ingestMu.Lock()
-	defer c.ingestMu.Unlock()
-	c.tombstones = nil // the list says what exists
-	c.mu.RLock()
-	synced, cur, defs := c.synced, c.rv, c.indexes
-	old := c.cloneTree()
-	c.mu.RUnlock()
-	if synced && listRV == cur && sameState(old, tree) {
-		klog.V(2).InfoS("Index cache relisted: nothing changed", "resource", c.resource, "resourceVersion", listRV)
-		return nil
-	}
-	indexes := defs.emptyCopy()
-	tree.Ascend(func(e *entry) bool { indexes.update(nil, e); return true })
-
-	c.mu.Lock()
-	rv := listRV
-	wentBack := synced && listRV < cur
-	if wentBack {
-		// Upstream went back (etcd restored from a backup without
-		// --bump-revision). Follow it, as kube-apiserver's watch cache
-		// does: the events after listRV will come again, and served at
-		// our old resourceVersion they would be dropped as stale or filed
-		// below it. What a client holds from the old history up to cur is
-		// no resume point now: 410 (see fromOldHistoryLocked).
-		klog.InfoS("Upstream went back: the relist is older than the cache; following it", "resource", c.resource, "list", listRV, "cache", cur)
-		c.oldHistoryRV = max(c.oldHistoryRV, cur)
-		c.rv = listRV
-		c.m.rv.Set(float64(listRV))
-	} else {
-		c.setRVLocked(rv)
-	}
-	c.tree, c.indexes = tree, indexes
-	c.window.Reset(rv)
-	c.synced = true
-	c.generation++
-	// The watchers open now end once they have had the events queued
-	// before the relist; the ones that register from now on start after it.
-	ended := c.router.list()
-	n, stats := c.tree.Len(), c.indexes.stats()
-	c.mu.Unlock()
-	// The state at rv itself may have changed (a relist at the cache's
-	// resourceVersion): a snapshot taken there before is not it any more.
-	if wentBack {
-		c.snapshots.DropBefore(cur + 1)
-	} else {
-		c.snapshots.DropBefore(rv + 1)
-	}
-	c.enqueue(dispatchItem{progress: rv, end: ended, relist: true})
-
-	c.m.objects.Set(float64(n))
-	c.m.setIndexValues(stats)
-	if synced {
-		c.m.relists.Inc()
-		klog.InfoS("Index cache relisted", "resource", c.resource, "objects", n, "resourceVersion", rv, "endedWatchers", len(ended))
-	} else {
-		klog.InfoS("Index cache synced", "resource", c.resource, "objects", n, "resourceVersion", rv)
-	}
+	c.store.replace(tree, listRV)
 	return nil
-}
-
-// sameState tells whether two trees hold the same object versions.
-func sameState(a, b *btree.BTreeG[*entry]) bool {
-	if a.Len() != b.Len() {
-		return false
-	}
-	same := true
-	a.Ascend(func(e *entry) bool {
-		o, ok := b.Get(e)
-		same = ok && o.rv == e.rv
-		return same
-	})
-	return same
 }

@@ -30,16 +30,6 @@ func (c *Cache) tokenPrefix(namespace string) string {
 	return continuePrefix
 }
 
-// view is a consistent state to list from: a copy-on-write tree, and when
-// an index applied, the candidates it chose at the same resourceVersion.
-type view struct {
-	tree       *btree.BTreeG[*entry]
-	rv         uint64
-	indexed    bool
-	candidates []*entry
-	index      string
-}
-
 // List returns one page of the objects the options select, in key order.
 // A limit is honoured for every resourceVersion, "0" included.
 func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error) {
@@ -81,17 +71,17 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 			if err := c.waitConsistent(ctx); err != nil {
 				return nil, err
 			}
-			v = c.live(pred, opts.Limit > 0)
+			v = c.store.live(pred, opts.Limit > 0)
 			break
 		}
-		if c.checkNotOldHistory(uint64(rv)) != nil {
+		if c.store.checkNotOldHistory(uint64(rv)) != nil {
 			return nil, errContinueExpired(continuePrefix+startKey, prefix)
 		}
 		// A token from a replica that is ahead: wait to reach its state.
 		if err := c.waitFor(ctx, uint64(rv)); err != nil {
 			return nil, err
 		}
-		if v, err = c.stateAt(uint64(rv), pred); err != nil {
+		if v, err = c.store.stateAt(uint64(rv), pred); err != nil {
 			if isExpired(err) {
 				return nil, errContinueExpired(continuePrefix+startKey, prefix)
 			}
@@ -109,13 +99,13 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		if err != nil {
 			return nil, err
 		}
-		if err := c.checkNotOldHistory(rv); err != nil {
+		if err := c.store.checkNotOldHistory(rv); err != nil {
 			return nil, err
 		}
 		if err := c.waitFor(ctx, rv); err != nil {
 			return nil, err
 		}
-		if v, err = c.stateAt(rv, pred); err != nil {
+		if v, err = c.store.stateAt(rv, pred); err != nil {
 			if isExpired(err) {
 				// kube-apiserver reads such a list from etcd, which
 				// answers this once the revision is compacted.
@@ -127,7 +117,7 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		if err := c.waitFresh(ctx, opts.ResourceVersion); err != nil {
 			return nil, err
 		}
-		v = c.live(pred, opts.Limit > 0)
+		v = c.store.live(pred, opts.Limit > 0)
 	}
 	return c.page(v, pred, prefix, startKey, opts.Limit), nil
 }
@@ -136,70 +126,6 @@ func isExpired(err error) bool {
 	var se *apierrors.StatusError
 	return errors.As(err, &se) && apierrors.IsResourceExpired(se)
 }
-
-// live is the current state. The index candidates are collected under the
-// read lock (a page picks its own from them, page); the tree is cloned (O(1), copy-on-write)
-// only when a scan or a later page may need it.
-func (c *Cache) live(pred *predicate, paged bool) view {
-	c.mu.RLock()
-	v := view{rv: c.rv}
-	v.candidates, v.index, v.indexed = c.indexes.collect(pred)
-	if !v.indexed || paged {
-		v.tree = c.cloneTree()
-	}
-	c.mu.RUnlock()
-	return v
-}
-
-// cloneTree takes a copy-on-write clone of the store. Clone writes to the
-// source tree's bookkeeping, so concurrent readers take turns.
-func (c *Cache) cloneTree() *btree.BTreeG[*entry] {
-	c.cloneMu.Lock()
-	defer c.cloneMu.Unlock()
-	return c.tree.Clone()
-}
-
-// selectLocked returns the entries pred selects in the live state, in key
-// order, and the index that chose them. The caller holds mu.
-func (c *Cache) selectLocked(pred *predicate) ([]*entry, string) {
-	if cands, name, ok := c.indexes.candidates(pred); ok {
-		out := cands[:0]
-		for _, e := range cands {
-			if pred.matches(e) {
-				out = append(out, e)
-			}
-		}
-		return out, name
-	}
-	var out []*entry
-	name := c.scan(c.tree, pred, "", func(e *entry) bool {
-		if pred.matches(e) {
-			out = append(out, e)
-		}
-		return true
-	})
-	return out, name
-}
-
-// scan walks the part of tree pred can match from startKey on: a namespace's
-// key range when the selection is confined to one, else everything. It
-// returns the name for the list metric.
-func (c *Cache) scan(tree *btree.BTreeG[*entry], pred *predicate, startKey string, fn func(*entry) bool) string {
-	if c.inOneNamespace(pred) {
-		lo, hi := pred.ns+"/", pred.ns+"0" // '0' follows '/'
-		if startKey > lo {
-			lo = startKey
-		}
-		tree.AscendRange(&entry{key: lo}, &entry{key: hi}, fn)
-		return "namespace"
-	}
-	tree.AscendGreaterOrEqual(&entry{key: startKey}, fn)
-	return "all"
-}
-
-// inOneNamespace tells whether pred confines a selection to one namespace's
-// objects (a cluster-scoped resource has none).
-func (c *Cache) inOneNamespace(pred *predicate) bool { return pred.hasNS && c.cfg.Namespaced }
 
 // anyAfter tells whether tree has an object after key under prefix (a
 // namespace's "/ns/", or "/" for all).
@@ -244,7 +170,7 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 		matched = firstMatches(v.candidates, pred, startKey, limit)
 	} else {
 		scanned := 0
-		res.Index = c.scan(v.tree, pred, startKey, func(e *entry) bool { scanned++; return collect(e) })
+		res.Index = c.store.scan(v.tree, pred, startKey, func(e *entry) bool { scanned++; return collect(e) })
 		c.advice.Scanned(adviceKeys(pred), scanned, len(matched))
 	}
 	c.m.list(res.Index)
@@ -268,7 +194,7 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 	}
 	res.Continue = token
 	switch {
-	case pred.selectsAll() && !c.inOneNamespace(pred) && startKey == "":
+	case pred.selectsAll() && !c.store.inOneNamespace(pred) && startKey == "":
 		// The first page of everything holds the first len(matched)
 		// objects: the rest is the tree's size less those, no walk over
 		// them (a full LIST's first page of a million pods).
@@ -278,7 +204,7 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 		// Like kube-apiserver, only for an unfiltered list (a namespace is
 		// not a filter): the rest of the range, counted.
 		n := int64(0)
-		c.scan(v.tree, pred, next, func(e *entry) bool {
+		c.store.scan(v.tree, pred, next, func(e *entry) bool {
 			if pred.matches(e) {
 				n++
 			}
@@ -286,7 +212,7 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 		})
 		res.RemainingItemCount = &n
 	}
-	c.keepSnapshot(v)
+	c.store.keepSnapshot(v)
 	return res
 }
 

@@ -5,6 +5,13 @@
 // registry reads from it with List, Get and Watch. It knows nothing about HTTP.
 // Errors it returns are apimachinery StatusErrors, ready to hand to a client.
 //
+// Within the package the cache is two types behind the Cache façade, as
+// upstream's cacher splits its watchCache from its Cacher: the store (the
+// objects, indexes, event window and snapshots) and the dispatcher (the
+// watchers, routing, delivery and bookmarks), coupled only by the hand-off
+// of committed changes in resourceVersion order (handoff.go; cache.go has
+// the locks).
+//
 // Jobs that need none of the cache's state live in rooms of their own:
 // advice (what a missing index costs), history (the event window and the
 // retained snapshots) and shards (shard hashes, ranges and the index of

@@ -1,8 +1,6 @@
 package indexcache
 
 import (
-	"math"
-
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/indexname"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/shards"
 )
@@ -76,40 +74,6 @@ func newRouter() *router {
 		all:        watcherSet{},
 		perIndex:   map[string]int{},
 	}
-}
-
-// chooseRoute registers a watcher where it is most selective: the exact
-// requirement (indexed label or field), namespace or shard range that
-// selects the fewest objects today; else unindexed.
-func (c *Cache) chooseRoute(p *predicate) route {
-	if c.broadcast {
-		return route{kind: routeUnindexed}.withName()
-	}
-	best, bestCost := route{kind: routeUnindexed}, math.Inf(1)
-	for _, r := range p.exact {
-		ix, _, ok := c.indexes.lookup(r)
-		if !ok {
-			continue
-		}
-		cand := route{kind: routeField, key: r.key, id: r.id, values: r.values}
-		if r.label {
-			cand.kind = routeLabel
-		}
-		if cost := float64(ix.size(r.values)) + float64(len(r.values))/16; cost < bestCost {
-			best, bestCost = cand, cost
-		}
-	}
-	if c.inOneNamespace(p) {
-		if cost := float64(c.indexes.namespaces[p.ns]) + 0.5; cost < bestCost {
-			best, bestCost = route{kind: routeNamespace, values: []string{p.ns}}, cost
-		}
-	}
-	if len(p.shards) > 0 {
-		if cost := p.shardShare()*float64(c.tree.Len()) + 0.5; cost < bestCost {
-			best = route{kind: routeShard}
-		}
-	}
-	return best.withName()
 }
 
 func addTo(m map[string]watcherSet, v string, w *watcher) {

@@ -3,18 +3,16 @@ package indexcache
 import (
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/watch"
-
 	"k8s.io/klog/v2"
 )
 
 // SetIndexes replaces the policy-chosen label and field indexes (the
 // always-indexed fields stay). New indexes are built beside the live ones
 // from a copy-on-write clone, with nothing locked: ingest, lists and
-// watches go on. Then, in one short critical section, they catch up with
-// the events committed meanwhile and are swapped in whole, and watchers are
-// re-homed, so none is ever registered in an index that is gone and no
-// event slips between.
+// watches go on. Then, in one short critical section of the store, they
+// catch up with the events committed meanwhile and are swapped in whole,
+// and the dispatcher's watchers are re-homed, so none is ever registered in
+// an index that is gone and no event slips between.
 func (c *Cache) SetIndexes(labelKeys, fieldPaths []string) error {
 	for _, f := range fieldPaths {
 		if _, ok := c.fieldIDs[f]; !ok {
@@ -26,17 +24,16 @@ func (c *Cache) SetIndexes(labelKeys, fieldPaths []string) error {
 	}
 	c.setMu.Lock()
 	defer c.setMu.Unlock()
+	// Run by the store under its lock once the new set is live.
+	rehome := func() { c.disp.rehome(c.chooseRouteLocked) }
 	for {
-		c.mu.RLock()
-		cur, gen, seq := c.indexes, c.generation, c.seq
-		tree := c.cloneTree()
-		c.mu.RUnlock()
+		cur, at, tree := c.store.indexBase()
 
 		next, built := c.planIndexes(cur, labelKeys, fieldPaths)
 		if len(built.labels)+len(built.fields) > 0 {
 			tree.Ascend(func(e *entry) bool { built.update(nil, e); return true })
 		}
-		if stats, ok := c.swapIndexes(next, built, gen, seq); ok {
+		if stats, ok := c.store.swapIndexes(next, built, at, rehome); ok {
 			c.m.setIndexValues(stats)
 			klog.V(2).InfoS("Index cache indexes set", "resource", c.resource, "labels", labelKeys, "fields", fieldPaths,
 				"built", len(built.labels)+len(built.fields))
@@ -74,53 +71,5 @@ func (c *Cache) planIndexes(cur *indexSet, labelKeys, fieldPaths []string) (next
 	return next, built
 }
 
-// swapIndexes brings the built indexes up to date with the events committed
-// after the one numbered seq and makes next the live set, returning its
-// stats. It reports false when a relist replaced the state meanwhile, or the
-// window no longer reaches back to seq (build again).
-func (c *Cache) swapIndexes(next, built *indexSet, gen, seq uint64) ([]IndexStat, bool) {
-	c.ingestMu.Lock()
-	defer c.ingestMu.Unlock()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.generation != gen {
-		return nil, false
-	}
-	events, ok := c.window.SinceSeq(seq)
-	if !ok {
-		return nil, false
-	}
-	for _, ev := range events {
-		if ev.typ == watch.Deleted {
-			built.update(ev.prev, nil)
-		} else {
-			built.update(ev.prev, ev.cur)
-		}
-	}
-	c.indexes = next
-	c.rehomeLocked()
-	return next.stats(), true
-}
-
-// rehomeLocked registers every watcher again in the best index of the
-// current set.
-func (c *Cache) rehomeLocked() {
-	ws := c.router.list()
-	c.router = newRouter()
-	for _, w := range ws {
-		w.route = c.chooseRoute(w.pred)
-		c.router.add(w)
-	}
-	c.publishWatchersLocked()
-}
-
-func (c *Cache) publishWatchersLocked() {
-	c.m.setWatchers(c.router.perIndex, c.router.sharded)
-}
-
 // IndexStats reports the label and field indexes.
-func (c *Cache) IndexStats() []IndexStat {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.indexes.stats()
-}
+func (c *Cache) IndexStats() []IndexStat { return c.store.indexStats() }

@@ -16,28 +16,28 @@ package indexcache
 // index candidates of pred in it when an index applies. It fails with 410
 // when the event window no longer reaches back to rv. The caller has waited
 // for the cache to reach rv.
-func (c *Cache) stateAt(rv uint64, pred *predicate) (view, error) {
-	now := c.cfg.Clock.Now()
-	c.mu.RLock()
-	cur, oldest := c.rv, c.window.StartRV()
+func (s *store) stateAt(rv uint64, pred *predicate) (view, error) {
+	now := s.clock.Now()
+	s.mu.RLock()
+	cur, oldest := s.rv, s.window.StartRV()
 	if rv < oldest || rv > cur {
-		c.mu.RUnlock()
-		c.snapshots.Drop(rv)
+		s.mu.RUnlock()
+		s.snapshots.Drop(rv)
 		return view{}, errTooOldRV(rv, oldest)
 	}
-	if tree, ok := c.snapshots.Get(rv, now); ok {
-		c.mu.RUnlock()
-		return c.candidatesAt(view{tree: tree, rv: rv}, pred), nil
+	if tree, ok := s.snapshots.Get(rv, now); ok {
+		s.mu.RUnlock()
+		return s.candidatesAt(view{tree: tree, rv: rv}, pred), nil
 	}
 	if rv == cur {
-		v := view{tree: c.cloneTree(), rv: rv}
-		v.candidates, v.index, v.indexed = c.indexes.collect(pred)
-		c.mu.RUnlock()
+		v := view{tree: s.cloneTree(), rv: rv}
+		v.candidates, v.index, v.indexed = s.indexes.collect(pred)
+		s.mu.RUnlock()
 		return v, nil
 	}
-	events, _ := c.window.Since(rv)
-	tree := c.cloneTree()
-	c.mu.RUnlock()
+	events, _ := s.window.Since(rv)
+	tree := s.cloneTree()
+	s.mu.RUnlock()
 	// Undo newer events, newest first, on the private clone.
 	for i := len(events) - 1; i >= 0; i-- {
 		ev := events[i]
@@ -47,8 +47,8 @@ func (c *Cache) stateAt(rv uint64, pred *predicate) (view, error) {
 			tree.ReplaceOrInsert(ev.prev)
 		}
 	}
-	c.snapshots.Add(rv, tree, now)
-	return c.candidatesAt(view{tree: tree, rv: rv}, pred), nil
+	s.snapshots.Add(rv, tree, now)
+	return s.candidatesAt(view{tree: tree, rv: rv}, pred), nil
 }
 
 // candidatesAt adds to v (a past state's tree) the candidates an index
@@ -57,14 +57,14 @@ func (c *Cache) stateAt(rv uint64, pred *predicate) (view, error) {
 // what the first did plus the changes since, and nothing is kept per
 // selector. v is returned as it is when no index applies or the window no
 // longer reaches v.rv (then the tree is scanned).
-func (c *Cache) candidatesAt(v view, pred *predicate) view {
-	c.mu.RLock()
-	live, name, ok := c.indexes.collect(pred)
+func (s *store) candidatesAt(v view, pred *predicate) view {
+	s.mu.RLock()
+	live, name, ok := s.indexes.collect(pred)
 	var events []*storeEvent
 	if ok {
-		events, ok = c.window.Since(v.rv)
+		events, ok = s.window.Since(v.rv)
 	}
-	c.mu.RUnlock()
+	s.mu.RUnlock()
 	if !ok {
 		return v
 	}
@@ -89,17 +89,17 @@ func (c *Cache) candidatesAt(v view, pred *predicate) view {
 
 // keepSnapshot retains the view a page was cut from, so the continue token
 // finds it.
-func (c *Cache) keepSnapshot(v view) {
-	c.snapshots.Add(v.rv, v.tree, c.cfg.Clock.Now())
+func (s *store) keepSnapshot(v view) {
+	s.snapshots.Add(v.rv, v.tree, s.clock.Now())
 }
 
 // expireHistory drops the snapshots the window no longer reaches, and the
 // unused ones. (Events leave the window only when new ones push them out,
 // as from kube-apiserver's watch cache.)
-func (c *Cache) expireHistory() {
-	now := c.cfg.Clock.Now()
-	c.mu.RLock()
-	oldest := c.window.StartRV()
-	c.mu.RUnlock()
-	c.snapshots.Expire(oldest, now)
+func (s *store) expireHistory() {
+	now := s.clock.Now()
+	s.mu.RLock()
+	oldest := s.window.StartRV()
+	s.mu.RUnlock()
+	s.snapshots.Expire(oldest, now)
 }

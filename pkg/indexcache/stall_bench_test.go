@@ -153,9 +153,9 @@ func relistLoop(b *testing.B, c *Cache, stop <-chan struct{}) {
 			return
 		default:
 		}
-		c.ingestMu.Lock() // read the RV with no update landing in between
+		c.store.ingestMu.Lock() // read the RV with no update landing in between
 		rv := c.ResourceVersion()
-		c.ingestMu.Unlock()
+		c.store.ingestMu.Unlock()
 		list[0] = updated(tpl, 0, rv)
 		if err := c.Ingest().Replace(list, strconv.FormatUint(rv, 10)); err != nil {
 			b.Error(err)

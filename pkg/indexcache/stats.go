@@ -33,17 +33,15 @@ func (c *Cache) Stats() storage.Stats {
 	if !c.statsMemo.at.IsZero() && now.Sub(c.statsMemo.at) < statsMaxAge {
 		return c.statsMemo.stats
 	}
-	c.mu.RLock()
-	st := storage.Stats{ObjectCount: int64(c.tree.Len())}
 	var sampled, bytes int64
-	c.tree.Ascend(func(e *entry) bool {
+	n := c.store.each(func(e *entry) bool {
 		if raw := e.kept.first().raw; len(raw) > 0 {
 			sampled++
 			bytes += int64(len(raw))
 		}
 		return sampled < statsSample
 	})
-	c.mu.RUnlock()
+	st := storage.Stats{ObjectCount: int64(n)}
 	if sampled > 0 {
 		st.EstimatedAverageObjectSizeBytes = bytes / sampled
 	}

@@ -67,7 +67,7 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 			return newErrWatcher(err), nil
 		}
 	}
-	w := c.newWatcher(pred, opts.AllowWatchBookmarks)
+	w := c.disp.newWatcher(pred, opts.AllowWatchBookmarks)
 	for attempt := range maxRegisterAttempts {
 		// The last attempt prepares under the lock, so neither a relist nor
 		// an event window turning over meanwhile can send it back.
@@ -93,59 +93,31 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 // prepares under the write lock instead: it cannot be sent back, and costs
 // ingest the preparation, so it is the last resort.
 func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark bool, fromRV uint64, locked bool) (bool, error) {
-	pred := w.pred
-	// Prepare under the read lock: O(1) (a clone, or the index candidates)
-	// or a copy of the window's pointers after fromRV.
-	lock, unlock := c.mu.RLock, c.mu.RUnlock
+	s, pred := c.store, w.pred
+	lock, unlock := s.mu.RLock, s.mu.RUnlock
 	if locked {
-		lock, unlock = c.mu.Lock, c.mu.Unlock
+		lock, unlock = s.mu.Lock, s.mu.Unlock
 	}
 	lock()
-	if c.stopped {
+	st, err := s.prepareWatchLocked(pred, sendState, fromRV)
+	if err != nil {
 		unlock()
-		return false, errStopped(c.cfg.GroupResource)
-	}
-	gen, at, seq := c.generation, c.rv, c.seq
-	var v view
-	var replay []*storeEvent
-	switch {
-	case sendState:
-		v.candidates, v.index, v.indexed = c.indexes.collect(pred)
-		if !v.indexed {
-			v.tree = c.cloneTree()
-		}
-	case fromRV == 0:
-	case fromRV > at && c.fromOldHistoryLocked(fromRV):
-		oldest := c.window.ResumeFrom()
-		unlock()
-		return false, errTooOldRV(fromRV, oldest)
-	case fromRV >= at: // nothing to replay (an N from the future opens at once)
-	default:
-		// kube-apiserver's watch cache's bound and message: from the
-		// relist's resourceVersion until an event was dropped, then from
-		// the oldest held event's less one.
-		var ok bool
-		if fromRV >= c.window.ResumeFrom() {
-			replay, ok = c.window.Since(fromRV)
-		}
-		if !ok {
-			oldest := c.window.ResumeFrom()
-			unlock()
-			return false, errTooOldRV(fromRV, oldest)
-		}
+		return false, err
 	}
 	if !locked {
-		c.mu.RUnlock()
+		s.mu.RUnlock()
 	}
+	at := st.at.rv
 
 	initial := pre[:len(pre):len(pre)] // appends copy: pre serves every attempt
 	if sendState {
+		v := st.state
 		entries := v.candidates
 		if v.indexed {
 			entries = sortCandidates(entries)
 		} else {
 			entries = nil
-			c.scan(v.tree, pred, "", func(e *entry) bool { entries = append(entries, e); return true })
+			s.scan(v.tree, pred, "", func(e *entry) bool { entries = append(entries, e); return true })
 		}
 		initial = make([]watch.Event, 0, len(entries)+1)
 		initial = append(initial, pre...)
@@ -160,7 +132,7 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 			c.advice.Scanned(adviceKeys(pred), len(entries), len(initial))
 		}
 	}
-	for _, ev := range replay {
+	for _, ev := range st.replay {
 		if out, ok := w.convert(ev); ok {
 			initial = append(initial, out)
 		}
@@ -171,19 +143,17 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 		// at; its end bookmark says so, and what was committed meanwhile
 		// follows as later events (kube-apiserver sends only ADDED before
 		// the bookmark).
-		initial = append(initial, c.bookmarkEvent(at, true))
+		initial = append(initial, bookmarkEvent(c.cfg.NewFunc(), at, true))
 	}
 
 	// Complete with what was committed meanwhile, and register.
 	if !locked {
-		c.mu.Lock()
+		s.mu.Lock()
 	}
-	defer c.mu.Unlock()
-	if c.stopped {
-		return false, errStopped(c.cfg.GroupResource)
-	}
-	if c.generation != gen {
-		return false, nil
+	defer s.mu.Unlock()
+	events, now, ok, err := s.sinceLocked(st)
+	if !ok {
+		return false, err
 	}
 	// Only a watch from a resourceVersion the cache had not reached skips
 	// events by resourceVersion (the client has those from elsewhere); any
@@ -192,31 +162,33 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 	if fromRV > at {
 		skipTo = fromRV
 	}
-	if c.seq > seq {
-		events, ok := c.window.SinceSeq(seq)
-		if !ok { // the window moved past the preparation: start over
-			return false, nil
+	for _, ev := range events {
+		if ev.rv <= skipTo {
+			continue
 		}
-		for _, ev := range events {
-			if ev.rv <= skipTo {
-				continue
-			}
-			if out, ok := w.convert(ev); ok {
-				initial = append(initial, out)
-			}
+		if out, ok := w.convert(ev); ok {
+			initial = append(initial, out)
 		}
 	}
-	w.startSeq = c.seq
-	if fromRV > c.rv {
+	w.startSeq, w.generation = now.seq, now.generation
+	if fromRV > now.rv {
 		w.fromRV = fromRV
 	}
-	startRV := max(c.rv, fromRV)
-	w.sentRV.Store(startRV)
+	w.sentRV.Store(max(now.rv, fromRV))
 	w.start(initial, c.cfg.WatchBuffer)
-	w.route = c.chooseRoute(pred)
-	c.router.add(w)
-	c.publishWatchersLocked()
+	// Still under store.mu: the next event committed is after startSeq, and
+	// is handed off, so dispatched, only once w is registered.
+	c.disp.add(w, c.chooseRouteLocked(pred))
 	return true, nil
+}
+
+// chooseRouteLocked is where a watcher of p is registered: the route the
+// store prices cheapest. The caller holds store.mu.
+func (c *Cache) chooseRouteLocked(p *predicate) route {
+	if c.broadcast {
+		return route{kind: routeUnindexed}.withName()
+	}
+	return c.store.routeLocked(p)
 }
 
 // WatchFromState opens a consistent watch (ResourceVersion "" with
@@ -250,9 +222,9 @@ func (c *Cache) WatchFromState(ctx context.Context, opts WatchOptions, objs []ru
 		pre = append(pre, watch.Event{Type: watch.Added, Object: c.object(e)})
 	}
 	if opts.AllowWatchBookmarks {
-		pre = append(pre, c.bookmarkEvent(rv, true))
+		pre = append(pre, bookmarkEvent(c.cfg.NewFunc(), rv, true))
 	}
-	w := c.newWatcher(pred, opts.AllowWatchBookmarks)
+	w := c.disp.newWatcher(pred, opts.AllowWatchBookmarks)
 	for attempt := range maxRegisterAttempts {
 		ok, err := c.register(w, pre, false, false, rv, attempt == maxRegisterAttempts-1)
 		if err != nil {
@@ -263,16 +235,6 @@ func (c *Cache) WatchFromState(ctx context.Context, opts WatchOptions, objs []ru
 		}
 	}
 	return nil, errRestartedWhileStarting()
-}
-
-func (c *Cache) newWatcher(pred *predicate, allowBookmarks bool) *watcher {
-	return &watcher{
-		c:              c,
-		pred:           pred,
-		allowBookmarks: allowBookmarks,
-		slot:           c.watcherSlots.Add(1),
-		done:           make(chan struct{}),
-	}
 }
 
 // begin begins a registered watcher: it stops when ctx ends, and sends a

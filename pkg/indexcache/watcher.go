@@ -30,19 +30,23 @@ const (
 // goroutine that sends them, then forwards what the dispatcher queued in
 // input meanwhile and after.
 //
-// Sends to a direct watcher's result happen under Cache.sendMu, and it is
-// closed under sendMu, so no send ever hits a closed channel.
+// Sends to a direct watcher's result happen under dispatcher.sendMu, and it
+// is closed under sendMu, so no send ever hits a closed channel.
 type watcher struct {
-	c              *Cache
+	d              *dispatcher
 	pred           *predicate
-	route          route // guarded by Cache.mu
+	route          route // guarded by dispatcher.mu
 	allowBookmarks bool
-	slot           uint64 // its bookmark slice is slot % Cache.bookmarkSlices
+	slot           uint64 // its bookmark slice is slot % dispatcher.bookmarkSlices
 	// The initial events (state or replay) cover every event up to
 	// startSeq, and a watch from a resourceVersion newer than the cache
 	// wants none up to fromRV: the dispatcher skips those. Set before the
 	// watcher is registered.
 	startSeq, fromRV uint64
+	// generation is the store's state the watcher started from; a relist
+	// to a later one ends it (dispatcher.endBefore). Set before it is
+	// registered.
+	generation uint64
 
 	result chan watch.Event
 	input  chan watch.Event // forwarder mode only
@@ -87,11 +91,12 @@ func (w *watcher) stopped() bool {
 }
 
 // stop ends the watcher; sendHeld tells whether the caller holds
-// Cache.sendMu (the dispatcher closing a slow watcher or ending watchers
-// after a relist). Stop took every watcher out of the router already.
+// dispatcher.sendMu (the dispatcher closing a slow watcher or ending
+// watchers after a relist). For stopCache, the dispatcher took every
+// watcher out of the router already.
 func (w *watcher) stop(why stopReason, sendHeld bool) {
 	w.once.Do(func() {
-		c := w.c
+		d := w.d
 		close(w.done)
 		if unhook := w.unhookCtx.Load(); unhook != nil {
 			(*unhook)()
@@ -100,13 +105,10 @@ func (w *watcher) stop(why stopReason, sendHeld bool) {
 			(*t).Stop()
 		}
 		if why != stopCache {
-			c.mu.Lock()
-			c.router.remove(w)
-			c.publishWatchersLocked()
-			c.mu.Unlock()
+			d.remove(w)
 		}
 		if why != stopClient {
-			klog.V(2).InfoS("Closed a watcher", "resource", c.resource, "reason", why, "lastResourceVersion", w.sentRV.Load())
+			klog.V(2).InfoS("Closed a watcher", "resource", d.resource, "reason", why, "lastResourceVersion", w.sentRV.Load())
 		}
 		switch {
 		case w.input != nil: // the forwarder closes result on its way out
@@ -115,9 +117,9 @@ func (w *watcher) stop(why stopReason, sendHeld bool) {
 		default:
 			// Close once no delivery is in flight; the client need not wait.
 			go func() {
-				c.sendMu.Lock()
+				d.sendMu.Lock()
 				close(w.result)
-				c.sendMu.Unlock()
+				d.sendMu.Unlock()
 			}()
 		}
 	})
@@ -131,11 +133,11 @@ func (w *watcher) convert(ev *storeEvent) (watch.Event, bool) {
 	curIn := ev.typ != watch.Deleted && w.pred.matches(ev.cur)
 	switch {
 	case curIn && oldIn:
-		return watch.Event{Type: watch.Modified, Object: ev.object(w.c)}, true
+		return watch.Event{Type: watch.Modified, Object: ev.object(w.d.objs)}, true
 	case curIn:
-		return watch.Event{Type: watch.Added, Object: ev.object(w.c)}, true
+		return watch.Event{Type: watch.Added, Object: ev.object(w.d.objs)}, true
 	case oldIn:
-		return watch.Event{Type: watch.Deleted, Object: ev.goneObject(w.c)}, true
+		return watch.Event{Type: watch.Deleted, Object: ev.goneObject(w.d.objs)}, true
 	}
 	return watch.Event{}, false
 }
@@ -178,16 +180,16 @@ const deadlineBookmarkLead = 2 * time.Second
 // deadline, if that is still ahead (kube-apiserver skips it otherwise too).
 // A runtime timer, not a goroutine, waits for it when the clock can.
 func (w *watcher) bookmarkBefore(deadline time.Time) {
-	d := deadline.Add(-deadlineBookmarkLead).Sub(w.c.cfg.Clock.Now())
-	if d <= 0 {
+	wait := deadline.Add(-deadlineBookmarkLead).Sub(w.d.clock.Now())
+	if wait <= 0 {
 		return
 	}
-	fire := func() { w.c.requestBookmarkFor(w) }
+	fire := func() { w.d.requestBookmarkFor(w) }
 	var t clock.Timer
-	if dc, ok := w.c.cfg.Clock.(clock.WithDelayedExecution); ok {
-		t = dc.AfterFunc(d, fire)
+	if dc, ok := w.d.clock.(clock.WithDelayedExecution); ok {
+		t = dc.AfterFunc(wait, fire)
 	} else {
-		t = w.c.cfg.Clock.NewTimer(d)
+		t = w.d.clock.NewTimer(wait)
 		go func() {
 			select {
 			case <-t.C():

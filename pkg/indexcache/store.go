@@ -1,0 +1,183 @@
+package indexcache
+
+import (
+	"sync"
+
+	"github.com/google/btree"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/clock"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/history"
+)
+
+// store is the state side of the cache, as upstream's watchCache is beside
+// its Cacher: the current objects (a copy-on-write btree of entries), their
+// indexes (index.go), the resourceVersion, the event window and the
+// retained snapshots (snapshots.go). It commits what ingest brings, one
+// change at a time (store_commit.go), swaps in relists and index sets
+// whole, and answers lists, gets and a watch's initial state or replay
+// (store_read.go). Each committed change goes to the dispatcher through
+// handOff, in resourceVersion order: the one thing the store knows of the
+// watchers.
+//
+// It lives in this package, not a room of its own, because its entries,
+// events and predicates are also the dispatcher's and the Cache's (entry.go,
+// event.go, predicate.go): a package of its own would have to export them
+// all.
+type store struct {
+	gr         schema.GroupResource
+	resource   string
+	namespaced bool
+	clock      clock.Clock
+	m          *cacheMetrics
+	// finalState is a deleted entry's last state stamped with the
+	// deletion's resourceVersion (Cache.withRV).
+	finalState func(e *entry, rv uint64) *entry
+	// handOff takes each committed change to the dispatcher; called under
+	// ingestMu, so in resourceVersion order.
+	handOff func(committed)
+
+	ingestMu sync.Mutex
+	// tombstones are deletions waiting for a resourceVersion of their own
+	// (addTombstone), oldest first; guarded by ingestMu.
+	tombstones []string
+
+	mu      sync.RWMutex
+	cloneMu sync.Mutex // btree Clone writes to the source tree: one at a time
+	tree    *btree.BTreeG[*entry]
+	indexes *indexSet
+	rv      uint64
+	seq     uint64 // of the last committed event
+	// rvChanged is closed and replaced when rv advances.
+	rvChanged chan struct{}
+	synced    bool
+	// oldHistoryRV is the highest resourceVersion served before upstream
+	// went back (a relist older than the cache): the ones above rv up to
+	// it are from a history upstream no longer has.
+	oldHistoryRV uint64
+	// stopped refuses new watchers once the cache stops.
+	stopped bool
+	// generation counts relists: work prepared outside mu is redone if a
+	// relist swapped the state meanwhile.
+	generation uint64
+	window     history.Window[*storeEvent]
+
+	snapshots *history.Snapshots[*btree.BTreeG[*entry]] // snapshots.go
+}
+
+func lessEntry(a, b *entry) bool { return a.key < b.key }
+
+// newStore returns an empty store with the always-indexed fields' indexes
+// (by field ordinal).
+func newStore(cfg *Config, resource string, alwaysIndexed map[int]string, m *cacheMetrics,
+	finalState func(*entry, uint64) *entry, handOff func(committed)) *store {
+	s := &store{
+		gr:         cfg.GroupResource,
+		resource:   resource,
+		namespaced: cfg.Namespaced,
+		clock:      cfg.Clock,
+		m:          m,
+		finalState: finalState,
+		handOff:    handOff,
+		tree:       btree.NewG(32, lessEntry),
+		indexes:    newIndexSet(),
+		rvChanged:  make(chan struct{}),
+		window:     history.NewWindow[*storeEvent](cfg.EventWindow, cfg.EventRetention),
+		snapshots:  history.NewSnapshots[*btree.BTreeG[*entry]](cfg.SnapshotRetention, maxSnapshots),
+	}
+	for id, path := range alwaysIndexed {
+		s.indexes.fields[id] = &fieldIndex{path: path, values: valueIndex{}}
+	}
+	return s
+}
+
+// hasSynced tells whether the first list has been loaded.
+func (s *store) hasSynced() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.synced
+}
+
+// resourceVersion is the resourceVersion the store has caught up to.
+func (s *store) resourceVersion() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.rv
+}
+
+// progress is the resourceVersion now and a channel closed once it
+// advances.
+func (s *store) progress() (uint64, <-chan struct{}) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.rv, s.rvChanged
+}
+
+// setRVLocked advances the resourceVersion (never back) and wakes readers
+// waiting for it; it reports whether it advanced. The caller holds mu.
+func (s *store) setRVLocked(rv uint64) bool {
+	if rv <= s.rv {
+		return false
+	}
+	s.rv = rv
+	close(s.rvChanged)
+	s.rvChanged = make(chan struct{})
+	s.m.rv.Set(float64(rv))
+	return true
+}
+
+// fromOldHistoryLocked tells whether rv, newer than the store, was handed
+// out before upstream went back: the state it names is gone, so a watch,
+// continue token or Exact read from it is 410 (the client relists) rather
+// than a resourceVersion to wait for. The caller holds mu.
+func (s *store) fromOldHistoryLocked(rv uint64) bool {
+	return rv > s.rv && rv <= s.oldHistoryRV
+}
+
+// checkNotOldHistory fails with 410 for a resourceVersion of the history
+// upstream went back from.
+func (s *store) checkNotOldHistory(rv uint64) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.fromOldHistoryLocked(rv) {
+		return errTooOldRV(rv, s.window.StartRV())
+	}
+	return nil
+}
+
+// stop refuses new watchers (prepareWatchLocked, sinceLocked).
+func (s *store) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+}
+
+// get returns the current entry of key.
+func (s *store) get(key string) (*entry, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tree.Get(&entry{key: key})
+}
+
+// each calls fn with the current entries in key order, under the read
+// lock, until it returns false; it returns how many objects there are.
+func (s *store) each(fn func(*entry) bool) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	s.tree.Ascend(fn)
+	return s.tree.Len()
+}
+
+// size is how many objects the store holds.
+func (s *store) size() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tree.Len()
+}
+
+// indexStats reports the label and field indexes.
+func (s *store) indexStats() []IndexStat {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.indexes.stats()
+}
