@@ -285,7 +285,9 @@ func TestAnyResourceCRDAndConfigMaps(t *testing.T) {
 				}
 				return tab
 			}
-			tableAt := func(host string) *metav1.Table { return tableOf(host, "/apis/e2e.example.com/v1/namespaces/"+ns+"/widgets") }
+			tableAt := func(host string) *metav1.Table {
+				return tableOf(host, "/apis/e2e.example.com/v1/namespaces/"+ns+"/widgets")
+			}
 			want, gotT := tableAt(stack.KubeAPIServerURL()), tableAt(e.host)
 			cells := func(tab *metav1.Table) string {
 				var cols []string
