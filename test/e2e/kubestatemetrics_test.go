@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,8 +28,26 @@ const ksmShards = 2
 
 // startKubeStateMetrics runs one unmodified kube-state-metrics shard with
 // kubeconfig and returns the URL of its /metrics; it is stopped when the
-// test ends.
+// test ends. A free port can be taken by another process between
+// FreePort and kube-state-metrics' bind (outgoing connections take ports of
+// the same range): it is started again on other ports then.
 func startKubeStateMetrics(t *testing.T, bin, name, kubeconfig string, shard int) string {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		url, inUse := tryKubeStateMetrics(t, bin, name, kubeconfig, shard)
+		if !inUse {
+			return url
+		}
+		if attempt == 3 {
+			t.Fatalf("%s: its ports were taken 3 times", name)
+		}
+		t.Logf("%s: a port was taken before it bound; starting it again", name)
+	}
+}
+
+// tryKubeStateMetrics starts kube-state-metrics once; inUse is true when
+// it ended because a port it was given was in use.
+func tryKubeStateMetrics(t *testing.T, bin, name, kubeconfig string, shard int) (url string, inUse bool) {
 	t.Helper()
 	port, err := localstack.FreePort()
 	if err != nil {
@@ -54,15 +73,42 @@ func startKubeStateMetrics(t *testing.T, bin, name, kubeconfig string, shard int
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	// Both ports answer once it has bound them; it exits if it cannot.
+	listening := func(port int) bool {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	for deadline := time.Now().Add(30 * time.Second); !listening(port) || !listening(telemetry); {
+		select {
+		case <-exited:
+			logFile.Close()
+			if log, _ := os.ReadFile(logPath); strings.Contains(string(log), "address already in use") {
+				return "", true
+			}
+			t.Fatalf("%s exited at start: see %s", name, logPath)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not listen within 30s: see %s", name, logPath)
+		}
+	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 		logFile.Close()
 		if t.Failed() {
 			t.Logf("log of %s: %s", name, logPath)
 		}
 	})
-	return fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	return fmt.Sprintf("http://127.0.0.1:%d/metrics", port), false
 }
 
 // scrapeSeries returns the kube_pod_* and kube_node_* series (sample lines,
