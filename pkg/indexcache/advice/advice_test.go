@@ -114,6 +114,7 @@ func TestAdviceRates(t *testing.T) {
 // cheap ones.
 func TestAdviceIsBounded(t *testing.T) {
 	tr, _ := newTracker("advicebounded")
+	defer tr.Close() // its series go with it, for the next run (-count)
 	for range 50 {
 		tr.Scanned([]Key{app}, 100, 10)
 	}
