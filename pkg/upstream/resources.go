@@ -1,6 +1,6 @@
 // Package upstream feeds the index caches from the cluster's kube-apiserver:
-// one client-go Reflector per mirrored resource, plus the freshness queries a
-// consistent read needs.
+// one client-go Reflector per cached resource, reading kube-apiserver's JSON
+// bytes (raw.go), plus the freshness queries a consistent read needs.
 package upstream
 
 import (
@@ -25,8 +25,8 @@ import (
 // reserved for the system, and this one is none of its).
 const NothingNamespace = "kube-index-apiserver-no-pods"
 
-// Resource describes how one core resource is read upstream and turned into
-// the mirror type the cache stores.
+// Resource describes how one resource is read upstream (as kube-apiserver's
+// JSON bytes: RawResource) and what the cache holding it needs.
 type Resource struct {
 	Name string // "pods" or "nodes"; any other resource as kubectl spells it (jobs.batch)
 	// GroupResource names the resource in metrics and logs; the mirror's
