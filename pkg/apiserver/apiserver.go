@@ -213,7 +213,7 @@ func MirrorCacheConfig(res upstream.Resource) indexcache.Config {
 		NewFunc:             res.NewFunc,
 		Transform:           res.Transform,
 		Encoder:             encoded.Objects{},
-		Compaction:          encoded.Compaction{Decode: res.Decode, Encode: res.Encode},
+		Compaction:          encoded.Compaction{Decode: res.Decode, Encode: res.Encode, Scheme: Scheme, Version: v1alpha1.SchemeGroupVersion, New: res.NewFunc},
 		Fields:              fields,
 		AlwaysIndexedFields: res.AlwaysIndexed,
 	}

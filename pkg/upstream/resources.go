@@ -94,9 +94,10 @@ type mirrorType struct {
 }
 
 // heldCore is a mirrored core resource read as kube-apiserver's JSON bytes
-// (RawResource): the cache holds what kube-apiserver sent, so a field that
-// a newer kube-apiserver adds, unknown to k8s.io/api here, reaches JSON
-// clients byte for byte.
+// (RawResource): the cache holds them, or their protobuf message where that
+// writes the same JSON (encoded.Compaction), so a field that a newer
+// kube-apiserver adds, unknown to k8s.io/api here, reaches JSON clients
+// byte for byte.
 func heldCore(gvr schema.GroupVersionResource, namespaced bool, m mirrorType) Resource {
 	res := RawResource(gvr, namespaced, nil)
 	// Metrics and logs name the mirror (pods.indexing.k8s.io), as before.

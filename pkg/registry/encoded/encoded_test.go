@@ -232,8 +232,7 @@ func heldPod(t *testing.T, p *corev1.Pod) *indexing.Pod {
 	return o.(*indexing.Pod)
 }
 
-// countingCompaction is the server's compaction (pods held as
-// kube-apiserver's JSON), counting the decodes.
+// countingCompaction is the server's compaction, counting the decodes.
 type countingCompaction struct {
 	encoded.Compaction
 	expands *atomic.Int64
@@ -326,9 +325,10 @@ func TestEveryReadWritesKeptBytes(t *testing.T) {
 	const corePods, mirrorPods = "/api/v1/namespaces/spark/pods", "/apis/indexing.k8s.io/v1alpha1/namespaces/spark/pods"
 	encodes := func() int64 { return s.encodes.n.Load() }
 
-	// Pods are held as the JSON kube-apiserver sent: JSON reads encode
-	// none; the first protobuf LIST encodes each pod once.
-	for accept, first := range map[string]int64{jsonType: 0, protoType: pods} {
+	// Pods whose JSON their compiled type writes again byte for byte (all
+	// of these) are held as their protobuf message: protobuf reads encode
+	// none; the first JSON LIST encodes each pod once.
+	for accept, first := range map[string]int64{jsonType: pods, protoType: 0} {
 		before := encodes()
 		get(t, s.core, corePods, accept)
 		if n := encodes() - before; n != first {
@@ -364,8 +364,8 @@ func TestEveryReadWritesKeptBytes(t *testing.T) {
 		t.Fatalf("initial events of a WatchList and a watch encoded %d pods, want 0", n)
 	}
 
-	// A new version: held as it came, so its JSON watchers and readers
-	// encode nothing; then once in protobuf for the reads after it.
+	// A new version: encoded once in JSON for both watchers and the JSON
+	// reads after it; protobuf reads write the held message.
 	p := s.pods[5].DeepCopy()
 	p.ResourceVersion = "101"
 	p.Status.Phase = corev1.PodSucceeded
@@ -380,14 +380,14 @@ func TestEveryReadWritesKeptBytes(t *testing.T) {
 	}
 	get(t, s.core, corePods+"/"+p.Name, jsonType)
 	get(t, s.mirror, mirrorPods, jsonType)
-	if n := encodes() - before; n != 0 {
-		t.Fatalf("a new version delivered to 2 JSON watchers and read twice in JSON was encoded %d times, want 0", n)
+	if n := encodes() - before; n != 1 {
+		t.Fatalf("a new version delivered to 2 JSON watchers and read twice in JSON was encoded %d times, want 1", n)
 	}
 	get(t, s.core, corePods+"/"+p.Name, protoType)
 	get(t, s.mirror, mirrorPods, protoType)
 	get(t, s.core, corePods, protoType)
 	if n := encodes() - before; n != 1 {
-		t.Fatalf("a new version read three times in protobuf was encoded %d times, want 1", n)
+		t.Fatalf("a new version read three times in protobuf after that was encoded %d times in all, want 1", n)
 	}
 }
 
@@ -568,9 +568,10 @@ func TestTableWatchColumnsOnFirstEvent(t *testing.T) {
 
 // TestFieldUnknownToTheCompiledTypesSurvives: a pod whose upstream JSON
 // carries fields k8s.io/api does not know (as a newer kube-apiserver's
-// would) reaches JSON readers of both views byte for byte, in a GET, a
-// LIST and a watch event; protobuf readers get what the compiled types
-// know of it, the rest of the pod unchanged.
+// would) is held as that JSON, not as its protobuf message, and reaches
+// JSON readers of both views byte for byte, in a GET, a LIST and a watch
+// event; protobuf readers get what the compiled types know of it, the
+// rest of the pod unchanged.
 func TestFieldUnknownToTheCompiledTypesSurvives(t *testing.T) {
 	s := serve(t)
 	const corePods, mirrorPods = "/api/v1/namespaces/spark/pods", "/apis/indexing.k8s.io/v1alpha1/namespaces/spark/pods"
@@ -587,6 +588,13 @@ func TestFieldUnknownToTheCompiledTypesSurvives(t *testing.T) {
 	if err := s.ingest.Add(held); err != nil {
 		t.Fatal(err)
 	}
+	// Held as it came: its JSON readers encode nothing.
+	before := s.encodes.n.Load()
+	defer func() {
+		if n := s.encodes.n.Load() - before; n != 1 {
+			t.Errorf("the pod with unknown fields was encoded %d times, want 1 (protobuf; JSON is held)", n)
+		}
+	}()
 	for _, v := range []struct {
 		srv        *httptest.Server
 		path       string
