@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -180,21 +181,17 @@ func (r *Reader) Get(ctx context.Context, namespace, name, resourceVersion strin
 		return nil, err
 	}
 	q := query{namespace: namespace, field: "metadata.name=" + fields.EscapeValue(name)}
-	want, objs, rv, fromUpstream, err := r.read(ctx, q)
+	want, objs, _, fromUpstream, err := r.read(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	if !fromUpstream {
 		return r.cacheGet(ctx, namespace, name, fresh(want))
 	}
-	// Handed out as the cache hands out what it holds, so the serving
-	// layer writes it as it writes a cached object.
-	res, err := r.cache.Select(objs, rv, indexcache.ListOptions{Namespace: namespace, Field: fields.OneTermEqualSelector("metadata.name", name)})
-	if err != nil {
-		return nil, err
-	}
-	if len(res.Items) == 1 {
-		return res.Items[0], nil
+	for _, o := range objs {
+		if m, err := meta.Accessor(o); err == nil && m.GetName() == name && m.GetNamespace() == namespace {
+			return r.cache.Hand(o)
+		}
 	}
 	return nil, errors.NewNotFound(r.cfg.GroupResource, name)
 }

@@ -66,6 +66,17 @@ func (c *Cache) Select(objs []runtime.Object, rv uint64, opts ListOptions) (*Lis
 	return res, nil
 }
 
+// Hand hands out one object of upstream's answer to a consistent read
+// (transformed like ingested objects) as the cache hands out what it holds,
+// so the serving layer writes it as it writes a cached object.
+func (c *Cache) Hand(obj runtime.Object) (*Object, error) {
+	e, err := c.newEntry(obj)
+	if err != nil {
+		return nil, errors.NewInternalError(fmt.Errorf("kube-apiserver sent an unusable object: %w", err))
+	}
+	return c.object(e), nil
+}
+
 // selectEntries is what pred selects among objs, upstream's answer to a
 // read, in key order.
 func (c *Cache) selectEntries(objs []runtime.Object, pred *predicate) ([]*entry, error) {

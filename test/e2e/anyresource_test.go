@@ -62,26 +62,6 @@ spec:
     additionalPrinterColumns:
     - {name: Queue, type: string, jsonPath: .spec.queue}
     - {name: Size, type: integer, jsonPath: .spec.size}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: e2e-index-apiserver-reads-widgets
-rules:
-- apiGroups: ["e2e.example.com"]
-  resources: ["widgets"]
-  verbs: ["list", "watch"]
-- apiGroups: [""]
-  resources: ["configmaps"]
-  verbs: ["list", "watch"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: e2e-index-apiserver-reads-widgets
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-index-apiserver-reads-widgets}
-subjects:
-- {kind: ServiceAccount, name: index-apiserver, namespace: index-apiserver}
 `
 
 var widgets = schema.GroupVersionResource{Group: "e2e.example.com", Version: "v1", Resource: "widgets"}
@@ -127,6 +107,11 @@ func TestAnyResourceCRDAndConfigMaps(t *testing.T) {
 	admin := newClients(t, adminConfig)
 	if err := stack.ApplyYAML(ctx, []byte(widgetCRD)); err != nil {
 		t.Fatal(err)
+	}
+	for group, resource := range map[string]string{"e2e.example.com": "widgets", "": "configmaps"} {
+		if err := stack.GrantReads(ctx, "e2e-index-apiserver-reads-widgets", group, resource); err != nil {
+			t.Fatal(err)
+		}
 	}
 	dyn, err := dynamic.NewForConfig(adminConfig)
 	if err != nil {

@@ -58,25 +58,6 @@ var kueueConversionCRDs = map[string]bool{
 	"workloads.kueue.x-k8s.io": true, "multikueueclusters.kueue.x-k8s.io": true,
 }
 
-const kueueReadRBAC = `
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: e2e-index-apiserver-reads-kueue
-rules:
-- apiGroups: ["kueue.x-k8s.io"]
-  resources: ["workloads", "clusterqueues", "localqueues", "resourceflavors"]
-  verbs: ["list", "watch"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: e2e-index-apiserver-reads-kueue
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-index-apiserver-reads-kueue}
-subjects:
-- {kind: ServiceAccount, name: index-apiserver, namespace: index-apiserver}
-`
-
 var (
 	kueueWorkloads      = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
 	kueueClusterQueues  = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}
@@ -761,7 +742,7 @@ func TestKueue(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
 	installKueueCRDs(t, ctx, filepath.Join(modDir, "config", "components", "crd", "bases"))
-	if err := stack.ApplyYAML(ctx, []byte(kueueReadRBAC)); err != nil {
+	if err := stack.GrantReads(ctx, "e2e-index-apiserver-reads-kueue", "kueue.x-k8s.io", "workloads", "clusterqueues", "localqueues", "resourceflavors"); err != nil {
 		t.Fatal(err)
 	}
 	// kube-apiserver's discovery lists a CRD a moment after it is

@@ -51,8 +51,7 @@ const (
 )
 
 // crdManifest: the CRD (label-free schema: spec and status keep unknown
-// fields, a few typed for the printer columns; status subresource), read
-// access for index-apiserver's ServiceAccount, and the IndexPolicy.
+// fields, a few typed for the printer columns; status subresource).
 const crdManifest = `
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -98,23 +97,6 @@ spec:
     - {name: Start, type: string, jsonPath: .status.lastSubmissionAttemptTime}
     - {name: Finish, type: string, jsonPath: .status.terminationTime}
     - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: bench-index-apiserver-reads-sparkapplications
-rules:
-- apiGroups: ["` + crdGroup + `"]
-  resources: ["` + crdPlural + `"]
-  verbs: ["list", "watch"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: bench-index-apiserver-reads-sparkapplications
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bench-index-apiserver-reads-sparkapplications}
-subjects:
-- {kind: ServiceAccount, name: index-apiserver, namespace: index-apiserver}
 `
 
 const crdPolicyManifest = `
@@ -225,6 +207,9 @@ func patchObject(ctx context.Context, s *stackInfo, o options, p patchRec, seq i
 func setupCRD(ctx context.Context, s *stackInfo) error {
 	if err := s.local.ApplyYAML(ctx, []byte(crdManifest)); err != nil {
 		return fmt.Errorf("installing the CRD: %w", err)
+	}
+	if err := s.local.GrantReads(ctx, "bench-index-apiserver-reads-sparkapplications", crdGroup, crdPlural); err != nil {
+		return fmt.Errorf("index-apiserver's read access: %w", err)
 	}
 	// Served once discovery lists it.
 	if err := waitFor(ctx, time.Minute, func() error {
