@@ -33,10 +33,31 @@ type entry struct {
 
 // object hands the entry out.
 func (c *Cache) object(e *entry) *Object {
-	if e.obj == nil {
-		return newCompactObject(func() runtime.Object { return c.decoded(e) }, c.objType, &e.kept, c.cfg.Encoder)
+	o := &Object{}
+	c.handOut(o, e)
+	return o
+}
+
+// objects hands out a page's entries, in one allocation: a full LIST's
+// items are tens of thousands of short-lived Objects.
+func (c *Cache) objects(es []*entry) []*Object {
+	held := make([]Object, len(es))
+	out := make([]*Object, len(es))
+	for i, e := range es {
+		c.handOut(&held[i], e)
+		out[i] = &held[i]
 	}
-	return newObject(e.obj, &e.kept, c.cfg.Encoder)
+	return out
+}
+
+// handOut makes o the entry's Object: decoded on demand when the entry is
+// held compact.
+func (c *Cache) handOut(o *Object, e *entry) {
+	if e.obj == nil {
+		o.kept, o.enc, o.src, o.from, o.typ = &e.kept, c.cfg.Encoder, e, c, c.objType
+		return
+	}
+	o.init(e.obj, &e.kept, c.cfg.Encoder)
 }
 
 // decoded is the entry's object: its own, or decoded from its compact

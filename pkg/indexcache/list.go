@@ -169,15 +169,21 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 		res.Index = v.index
 		matched = firstMatches(v.candidates, pred, startKey, limit)
 	} else {
+		if pred.selectsAll() && !c.store.inOneNamespace(pred) {
+			// Every object from startKey on: no regrowing for a full LIST.
+			n := int64(v.tree.Len())
+			if limit > 0 {
+				n = min(n, limit)
+			}
+			matched = make([]*entry, 0, n)
+		}
 		scanned := 0
 		res.Index = c.store.scan(v.tree, pred, startKey, func(e *entry) bool { scanned++; return collect(e) })
 		c.advice.Scanned(adviceKeys(pred), scanned, len(matched))
 	}
 	c.m.list(res.Index)
-	res.Items = make([]*Object, len(matched))
-	for i, e := range matched {
-		res.Items[i] = c.object(e)
-	}
+	res.Items = c.objects(matched)
+	res.Whole = pred.selectsAll()
 	// As kube-apiserver's cacher and etcd store do, a full page continues
 	// when its scope (the namespace, or everything) has any object after
 	// the page's last, whether or not it matches: the continue token (and

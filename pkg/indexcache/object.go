@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -37,9 +38,10 @@ type Object struct {
 	private bool  // obj is the wrapper's own copy
 	kept    *kept // the entry's; nil once private
 	enc     Encoder
-	// expand decodes a compact entry (Config.Compaction).
-	expand func() runtime.Object
-	typ    reflect.Type // of the decoded object
+	// src is a compact entry, decoded on demand by from (Config.Compaction).
+	src  *entry
+	from *Cache
+	typ  reflect.Type // of the decoded object
 }
 
 // Encoder writes held objects in the serving layer's wire formats, keeping
@@ -64,17 +66,59 @@ type kept struct {
 type piece struct {
 	format string
 	raw    []byte
+	// pack is the buffer raw lies in at offset at, when it was moved there
+	// (Object.Move); nil when raw is a buffer of its own.
+	pack *Pack
+	at   int
 }
 
+// Pack is one buffer holding the kept pieces of objects that are read one
+// after another (a LIST's consecutive items), so that a reader can write a
+// run of them as it lies instead of copying each piece. What it holds is
+// the writer's business (package anyresource lays out JSON list items).
+type Pack struct{ buf []byte }
+
+// NewPack makes a pack of buf, which is never modified after.
+func NewPack(buf []byte) *Pack { return &Pack{buf: buf} }
+
+// Bytes is the pack's buffer: read only.
+func (p *Pack) Bytes() []byte { return p.buf }
+
 func (k *kept) get(format string) []byte {
+	return k.piece(format).raw
+}
+
+func (k *kept) piece(format string) piece {
 	if p := k.pieces.Load(); p != nil {
 		for _, pc := range *p {
 			if pc.format == format {
-				return pc.raw
+				return pc
 			}
 		}
 	}
-	return nil
+	return piece{}
+}
+
+// move keeps format's piece at pack.buf[at:at+len(raw)] instead, unless it
+// was never kept.
+func (k *kept) move(format string, pack *Pack, at int) {
+	for {
+		old := k.pieces.Load()
+		if old == nil {
+			return
+		}
+		next := make([]piece, len(*old))
+		copy(next, *old)
+		i := slices.IndexFunc(next, func(pc piece) bool { return pc.format == format })
+		if i < 0 {
+			return
+		}
+		n := len(next[i].raw)
+		next[i].raw, next[i].pack, next[i].at = pack.buf[at:at+n:at+n], pack, at
+		if k.pieces.CompareAndSwap(old, &next) {
+			return
+		}
+	}
 }
 
 // add keeps raw unless a concurrent encoder kept the format first; it
@@ -129,11 +173,6 @@ var (
 // its serializations are kept with it while it lives.
 func NewObject(obj runtime.Object, enc Encoder) *Object { return newObject(obj, &kept{}, enc) }
 
-// newCompactObject hands out an entry held compact: decoded on demand.
-func newCompactObject(expand func() runtime.Object, typ reflect.Type, k *kept, enc Encoder) *Object {
-	return &Object{kept: k, enc: enc, expand: expand, typ: typ}
-}
-
 // Type is the Go type of the decoded object, known without decoding it.
 func (o *Object) Type() reflect.Type {
 	if o.typ != nil {
@@ -153,7 +192,7 @@ func (o *Object) ensure() {
 	if done {
 		return
 	}
-	obj := o.expand()
+	obj := o.from.decoded(o.src)
 	o.mu.Lock()
 	if o.obj == nil {
 		o.obj = obj
@@ -163,12 +202,18 @@ func (o *Object) ensure() {
 }
 
 func newObject(obj runtime.Object, k *kept, enc Encoder) *Object {
+	o := &Object{}
+	o.init(obj, k, enc)
+	return o
+}
+
+func (o *Object) init(obj runtime.Object, k *kept, enc Encoder) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		// Every cached object has metadata: entries are built from accessors.
 		panic(err)
 	}
-	return &Object{obj: obj, meta: m, kept: k, enc: enc}
+	o.obj, o.meta, o.kept, o.enc = obj, m, k, enc
 }
 
 // CacheEncode writes the object as encode does, from kept bytes when this
@@ -218,6 +263,33 @@ func (o *Object) Kept(format string, make func() ([]byte, error)) ([]byte, error
 	return k.add(format, raw), nil
 }
 
+// KeptIn returns the piece kept under format and the pack it lies in (nil,
+// when in none) with its offset there; ok is false when nothing is kept
+// under format or the object is a private copy.
+func (o *Object) KeptIn(format string) (raw []byte, pack *Pack, at int, ok bool) {
+	o.mu.RLock()
+	k := o.kept
+	o.mu.RUnlock()
+	if k == nil {
+		return nil, nil, 0, false
+	}
+	pc := k.piece(format)
+	return pc.raw, pc.pack, pc.at, pc.raw != nil
+}
+
+// Move keeps the piece kept under format at pack.Bytes()[at:], where the
+// caller has put the same bytes: the version reads as before, and the old
+// buffer goes once no reader holds it. For every holder of this version
+// (store, snapshots, event window), as its pieces are shared.
+func (o *Object) Move(format string, pack *Pack, at int) {
+	o.mu.RLock()
+	k := o.kept
+	o.mu.RUnlock()
+	if k != nil {
+		k.move(format, pack, at)
+	}
+}
+
 // Decoded returns the object for an encoder: a shallow copy, since encoders
 // stamp apiVersion and kind on what they get. It shares everything else
 // with the cache: read only.
@@ -230,7 +302,7 @@ func (o *Object) Decoded() runtime.Object {
 	obj := o.obj
 	o.mu.RUnlock()
 	if obj == nil {
-		return o.expand()
+		return o.from.decoded(o.src)
 	}
 	return shallowCopy(obj)
 }

@@ -124,6 +124,9 @@ type ListResult struct {
 	ResourceVersion    uint64
 	Continue           string
 	RemainingItemCount *int64
+	// Whole: the page is every object of its scope (everything, or a
+	// namespace) from where it starts, no selector narrowing it.
+	Whole bool
 	// Index names what chose the candidates: "label:<key>" or
 	// "field:<path>" (an index), "namespace" (the namespace's key range) or
 	// "all" (a full scan). It is also the list_requests_total index label.

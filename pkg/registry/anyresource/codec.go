@@ -83,7 +83,7 @@ func (c Codec) CacheEncode(o *indexcache.Object, id runtime.Identifier, encode f
 }
 
 func held(o *indexcache.Object) ([]byte, error) {
-	return o.Kept(heldFormat, func() ([]byte, error) { return nil, errors.New("anyresource: object not held as bytes") })
+	return o.Kept(heldFormat, func() ([]byte, error) { return nil, errNotHeld })
 }
 
 // writeSingle writes held bytes as a GET's body: kind and apiVersion first
@@ -101,14 +101,11 @@ func (c Codec) writeSingle(w io.Writer, raw []byte) error {
 	return err
 }
 
-var (
-	newline = []byte("\n")
-	comma   = []byte(",")
-)
+var newline = []byte("\n")
 
 // WriteList writes a LIST page from its items' held bytes when encode is
 // plain JSON; false, having written nothing, otherwise.
-func (c Codec) WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object) (bool, error) {
+func (c Codec) WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object, whole bool) (bool, error) {
 	if plain, err := c.plainJSON(id, encode); err != nil || !plain {
 		return false, err
 	}
@@ -126,35 +123,19 @@ func (c Codec) WriteList(w io.Writer, id runtime.Identifier, encode func(runtime
 		return false, nil
 	}
 	head, tail := out[:at+len(marker)-1], out[at+len(marker)-1:]
-	bodies := make([][]byte, len(items))
-	for i, o := range items {
-		raw, err := held(o)
-		if err != nil {
-			return false, err
-		}
-		bodies[i] = raw
-	}
 	if _, err := w.Write(head[:1]); err != nil {
 		return true, err
 	}
-	bw := bufio.NewWriterSize(w, encoded.ListChunk)
-	if _, err := bw.Write(head[1:]); err != nil {
-		return true, err
-	}
-	for i, b := range bodies {
-		if i > 0 {
-			if _, err := bw.Write(comma); err != nil {
-				return true, err
-			}
+	return true, encoded.WriteChunked(w, func(bw *bufio.Writer) error {
+		if _, err := bw.Write(head[1:]); err != nil {
+			return err
 		}
-		if _, err := bw.Write(b); err != nil {
-			return true, err
+		if err := writeItems(bw, w, items, whole); err != nil {
+			return err
 		}
-	}
-	if _, err := bw.Write(tail); err != nil {
-		return true, err
-	}
-	return true, bw.Flush()
+		_, err := bw.Write(tail)
+		return err
+	})
 }
 
 // plainJSON tells whether encode is the compact JSON encoder for this

@@ -12,6 +12,15 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 )
 
+// ListWriter writes a LIST page from its items' kept bytes, or reports
+// false, having written nothing, to have the decoded list encoded. whole
+// says the page is every object of its scope from where it starts (no
+// selector narrowed it): its items are neighbours in the cache's order, as
+// they will be in the next such LIST.
+type ListWriter func(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object, whole bool) (bool, error)
+
+var _ ListWriter = WriteList
+
 // WriteList writes a list of items as encode would write envelope (an
 // empty list of their type carrying the list's metadata) with the items in
 // it. Its first write is one byte (JSON) or the 4-byte protobuf prefix, as
@@ -21,7 +30,7 @@ import (
 // The envelope is encoded (it is small), the items are their kept
 // bodies. It reports false, having written nothing, when encode's format is
 // not one whose bodies are kept; the caller then encodes the decoded list.
-func WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object) (bool, error) {
+func WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object, _ bool) (bool, error) {
 	var buf bytes.Buffer
 	if err := encode(envelope, &buf); err != nil {
 		return false, err
@@ -49,9 +58,7 @@ func WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, i
 		bodies[i] = b
 	}
 	// The first write stays small (see above); the rest goes out in
-	// chunks of ListChunk, not one or two writes per item: each write to an
-	// HTTP/2 response is a hand-off to the connection's goroutine, and an
-	// item-sized one costs more than copying the item.
+	// chunks (WriteChunked).
 	first := head[:1]
 	if format == Protobuf {
 		first = head[:len(protoPrefix)]
@@ -59,21 +66,12 @@ func WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, i
 	if _, err := w.Write(first); err != nil {
 		return true, err
 	}
-	bw := listWriters.Get().(*bufio.Writer)
-	bw.Reset(w)
-	defer func() {
-		bw.Reset(nil)
-		listWriters.Put(bw)
-	}()
-	var err error
-	if format == JSON {
-		err = writeJSONList(bw, head[1:], tail, bodies)
-	} else {
-		err = writeProtoList(bw, head[len(protoPrefix):], tail, listMeta, bodies)
-	}
-	if err == nil {
-		err = bw.Flush()
-	}
+	err := WriteChunked(w, func(bw *bufio.Writer) error {
+		if format == JSON {
+			return writeJSONList(bw, head[1:], tail, bodies)
+		}
+		return writeProtoList(bw, head[len(protoPrefix):], tail, listMeta, bodies)
+	})
 	return true, err
 }
 
@@ -81,6 +79,24 @@ func WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, i
 const ListChunk = 64 << 10
 
 var listWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, ListChunk) }}
+
+// WriteChunked gives write a writer that passes its bytes on to w in writes
+// of ListChunk, and flushes it after: a LIST body's items go out in chunks,
+// not one or two writes per item, because each write to an HTTP/2 response
+// is a hand-off to the connection's goroutine, and an item-sized one costs
+// more than copying the item.
+func WriteChunked(w io.Writer, write func(*bufio.Writer) error) error {
+	bw := listWriters.Get().(*bufio.Writer)
+	bw.Reset(w)
+	defer func() {
+		bw.Reset(nil)
+		listWriters.Put(bw)
+	}()
+	if err := write(bw); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
 
 // writeJSONList writes the rest of a JSON list after its first byte: the
 // envelope's head, the bodies comma-separated, the tail.

@@ -22,7 +22,8 @@ type heldList struct {
 	Items           []runtime.Object `json:"items"` // *indexcache.Object
 
 	newList   func() runtime.Object
-	writeList func(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object) (bool, error)
+	writeList encoded.ListWriter
+	whole     bool // every object of its scope from its start (ListResult.Whole)
 }
 
 var (
@@ -83,7 +84,7 @@ func (l *heldList) CacheEncode(id runtime.Identifier, encode func(runtime.Object
 		if write == nil {
 			write = encoded.WriteList
 		}
-		done, err := write(w, id, encode, l.envelope(), items)
+		done, err := write(w, id, encode, l.envelope(), items, l.whole)
 		if done || err != nil {
 			return err
 		}

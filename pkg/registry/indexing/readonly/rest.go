@@ -6,7 +6,6 @@ package readonly
 import (
 	"context"
 	"fmt"
-	"io"
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +23,7 @@ import (
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
 )
 
 // Cache is what the storage reads from; *indexcache.Cache implements it.
@@ -41,10 +41,9 @@ type Resource struct {
 	NewFunc       func() runtime.Object
 	NewListFunc   func() runtime.Object
 	rest.TableConvertor
-	// WriteList writes a LIST page from its items' kept bytes (see
-	// encoded.WriteList, the default), or reports false to have the
-	// decoded list encoded.
-	WriteList func(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object) (bool, error)
+	// WriteList writes a LIST page from its items' kept bytes;
+	// encoded.WriteList when nil.
+	WriteList encoded.ListWriter
 }
 
 // REST serves one mirrored resource from its cache.
@@ -107,7 +106,7 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 	if err != nil {
 		return nil, err
 	}
-	list := &heldList{newList: r.NewListFunc, writeList: r.WriteList, Items: make([]runtime.Object, len(res.Items))}
+	list := &heldList{newList: r.NewListFunc, writeList: r.WriteList, whole: res.Whole, Items: make([]runtime.Object, len(res.Items))}
 	for i, o := range res.Items {
 		list.Items[i] = o
 	}

@@ -1,0 +1,183 @@
+package anyresource
+
+import (
+	"bufio"
+	"errors"
+	"io"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
+)
+
+// A LIST's items are their held bytes with commas between. Copying each
+// item into the response's chunks is a pass over every byte on top of what
+// TLS and HTTP/2 cost (the wire floor), and the items lie wherever their
+// versions were decoded. So a whole LIST (no selector: the items are
+// neighbours in the cache's order) moves what it copies into packs
+// (indexcache.Pack) laid out as it writes them, ",item,item,...", and the
+// next whole LIST writes each run of items still lying one after another in
+// a pack as it lies: it copies only what changed since.
+const (
+	// directRun is the smallest run of consecutive items in a pack that is
+	// written as it lies; a shorter one is copied, since each write to an
+	// HTTP/2 response is a hand-off to the connection's goroutine. What a
+	// whole LIST copies is moved into new packs only from this size on, so
+	// that the next one writes them as they lie rather than moving them
+	// again.
+	directRun = 32 << 10
+	// packBytes is a new pack's largest size (unless one item is larger):
+	// one of a LIST's writes.
+	packBytes = encoded.ListChunk
+)
+
+var errNotHeld = errors.New("anyresource: object not held as bytes")
+
+// listItem is an item's held bytes and where they lie.
+type listItem struct {
+	o    *indexcache.Object
+	raw  []byte
+	pack *indexcache.Pack // nil: a buffer of its own
+	at   int
+}
+
+// itemRun is items [from, to) of a LIST lying one after another in pack
+// (nil: one item in a buffer of its own).
+type itemRun struct {
+	from, to int
+	pack     *indexcache.Pack
+	bytes    int
+}
+
+// writeItems writes items comma-separated after what bw holds (the list's
+// head), through bw where it copies, to w directly where it does not; whole
+// as for encoded.ListWriter.
+func writeItems(bw *bufio.Writer, w io.Writer, objs []*indexcache.Object, whole bool) error {
+	items := make([]listItem, len(objs))
+	for i, o := range objs {
+		raw, pack, at, ok := o.KeptIn(heldFormat)
+		if !ok {
+			return errNotHeld
+		}
+		items[i] = listItem{o: o, raw: raw, pack: pack, at: at}
+	}
+	var runs []itemRun
+	// live is the bytes of each pack this LIST reads: a pack mostly of
+	// versions no longer current is copied out of, so that it can go.
+	live := map[*indexcache.Pack]int{}
+	for i := 0; i < len(items); {
+		j, p := i+1, items[i].pack
+		if p != nil {
+			for j < len(items) && items[j].pack == p && items[j].at == items[j-1].at+len(items[j-1].raw)+1 {
+				j++
+			}
+		}
+		r := itemRun{from: i, to: j, pack: p, bytes: items[j-1].at + len(items[j-1].raw) - items[i].at}
+		if p == nil {
+			r.bytes = len(items[i].raw)
+		} else {
+			live[p] += r.bytes
+		}
+		runs = append(runs, r)
+		i = j
+	}
+	sparse := func(p *indexcache.Pack) bool { return p != nil && 2*live[p] < len(p.Bytes()) }
+	direct := func(r itemRun) bool {
+		return r.pack != nil && r.bytes >= directRun && !sparse(r.pack)
+	}
+	lw := listWriter{bw: bw, w: w, first: true, repack: whole}
+	for i := 0; i < len(runs); {
+		if r := runs[i]; direct(r) {
+			last := items[r.to-1]
+			if err := lw.writeRun(r.pack.Bytes()[items[r.from].at-1 : last.at+len(last.raw)]); err != nil {
+				return err
+			}
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(runs) && !direct(runs[j]) {
+			j++
+		}
+		leaving := false // of a sparse pack: move, so that it can go
+		for _, r := range runs[i:j] {
+			leaving = leaving || sparse(r.pack)
+		}
+		if err := lw.copyItems(items[runs[i].from:runs[j-1].to], leaving); err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
+}
+
+// listWriter writes a LIST's items in order: runs as they lie, the rest
+// copied, through bw or through new packs.
+type listWriter struct {
+	bw     *bufio.Writer
+	w      io.Writer
+	first  bool // no comma before the next item
+	repack bool
+}
+
+// writeRun writes ",items" (the comma dropped before the first item) to w,
+// after what bw holds.
+func (lw *listWriter) writeRun(run []byte) error {
+	if lw.first {
+		run = run[1:]
+		lw.first = false
+	}
+	if err := lw.bw.Flush(); err != nil {
+		return err
+	}
+	_, err := lw.w.Write(run)
+	return err
+}
+
+// copyItems copies items: into bw, or into new packs that it writes and
+// moves the items to, when they are a whole LIST's and either fill
+// directRun or leave a sparse pack.
+func (lw *listWriter) copyItems(items []listItem, leaving bool) error {
+	total := 0
+	for _, it := range items {
+		total += 1 + len(it.raw)
+	}
+	if !lw.repack || (total < directRun && !leaving) {
+		for _, it := range items {
+			if !lw.first {
+				if err := lw.bw.WriteByte(','); err != nil {
+					return err
+				}
+			}
+			lw.first = false
+			if _, err := lw.bw.Write(it.raw); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Packs of even size, each at least directRun where items allow.
+	target := total / ((total + packBytes - 1) / packBytes)
+	for len(items) > 0 {
+		n, size := 1, 1+len(items[0].raw)
+		for n < len(items) && size < target && size+1+len(items[n].raw) <= packBytes {
+			size += 1 + len(items[n].raw)
+			n++
+		}
+		buf := make([]byte, 0, size)
+		at := make([]int, n)
+		for k, it := range items[:n] {
+			buf = append(buf, ',')
+			at[k] = len(buf)
+			buf = append(buf, it.raw...)
+		}
+		pack := indexcache.NewPack(buf)
+		for k, it := range items[:n] {
+			it.o.Move(heldFormat, pack, at[k])
+		}
+		if err := lw.writeRun(buf); err != nil {
+			return err
+		}
+		items = items[n:]
+	}
+	return nil
+}

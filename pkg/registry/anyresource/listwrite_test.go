@@ -1,0 +1,284 @@
+package anyresource
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
+)
+
+// packedCache is a cache of custom resources with the objects' JSON by key,
+// as the test last sent them.
+type packedCache struct {
+	t     *testing.T
+	cache *indexcache.Cache
+	json  map[string]string
+	rv    int
+}
+
+func newPackedCache(t *testing.T, n int) *packedCache {
+	res := Resource{
+		GVR:  schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"},
+		Kind: "Widget", ListKind: "WidgetList", Singular: "widget", Namespaced: true, Custom: true,
+	}
+	cache, err := indexcache.New(res.CacheConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cache.Stop)
+	pc := &packedCache{t: t, cache: cache, json: map[string]string{}, rv: 100}
+	var objs []interface{}
+	for i := range n {
+		objs = append(objs, pc.object(i))
+	}
+	if err := cache.Ingest().Replace(objs, fmt.Sprint(pc.rv)); err != nil {
+		t.Fatal(err)
+	}
+	return pc
+}
+
+// object makes version pc.rv+1 of widget i: sizes from a few bytes of spec
+// to more than a pack, so that items are alone in packs, share them and
+// straddle their ends.
+func (pc *packedCache) object(i int) *rawobject.Object {
+	pc.rv++
+	size := []int{10, 3000, 4000, 20000, 90000}[(i+pc.rv)%5]
+	js := fmt.Sprintf(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w-%04d","namespace":"ns-%d","resourceVersion":"%d","labels":{"app":"a-%d"}},"spec":{"pad":%q}}`,
+		i, i%3, pc.rv, i%20, strings.Repeat("x", size))
+	o, err := rawobject.Decode([]byte(js))
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	pc.json[fmt.Sprintf("ns-%d/w-%04d", i%3, i)] = js
+	return o
+}
+
+// countingWriter counts the writes that reach the response.
+type countingWriter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.Buffer.Write(p)
+}
+
+// list writes a LIST's items as Codec.WriteList does and checks them
+// against the JSON sent.
+func (pc *packedCache) list(label string) (*indexcache.ListResult, *countingWriter) {
+	t := pc.t
+	opts := indexcache.ListOptions{ResourceVersion: "0"}
+	if label != "" {
+		opts.Label = labels.SelectorFromSet(labels.Set{"app": label})
+	}
+	res, err := pc.cache.List(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w countingWriter
+	bw := bufio.NewWriterSize(&w, 64<<10)
+	bw.WriteString("[")
+	if err := writeItems(bw, &w, res.Items, res.Whole); err != nil {
+		t.Fatal(err)
+	}
+	bw.WriteString("]")
+	if err := bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, o := range res.Items {
+		want = append(want, pc.json[o.GetNamespace()+"/"+o.GetName()])
+	}
+	if got, want := w.String(), "["+strings.Join(want, ",")+"]"; got != want {
+		t.Fatalf("LIST of %d items (label %q) differs from the JSON sent:\n got %.300s\nwant %.300s", len(res.Items), label, got, want)
+	}
+	return res, &w
+}
+
+// packs is each item's pack.
+func packs(t *testing.T, items []*indexcache.Object) []*indexcache.Pack {
+	out := make([]*indexcache.Pack, len(items))
+	for i, o := range items {
+		_, p, _, ok := o.KeptIn(heldFormat)
+		if !ok {
+			t.Fatalf("item %d not held", i)
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// A LIST writes every item as sent, however its bytes lie; a large LIST
+// moves them into packs, and the next LIST over unchanged objects writes
+// them from there as they lie, in few writes, moving nothing.
+func TestListsWriteItemsFromPacks(t *testing.T) {
+	const n = 300
+	pc := newPackedCache(t, n)
+	rnd := rand.New(rand.NewSource(1))
+	for round := range 25 {
+		// Change some objects: updates, a deletion, a new one.
+		for range rnd.Intn(30) {
+			if err := pc.cache.Ingest().Update(pc.object(rnd.Intn(n))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if round%7 == 3 {
+			i := rnd.Intn(n)
+			o := pc.object(i)
+			if err := pc.cache.Ingest().Delete(o); err != nil {
+				t.Fatal(err)
+			}
+			delete(pc.json, o.Namespace+"/"+o.Name)
+			if err := pc.cache.Ingest().Add(pc.object(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pc.list(fmt.Sprintf("a-%d", rnd.Intn(20))) // a label LIST: copies only
+		res, _ := pc.list("")
+		if len(res.Items) != len(pc.json) {
+			t.Fatalf("round %d: %d items, want %d", round, len(res.Items), len(pc.json))
+		}
+	}
+
+	// Nothing changed since the last LIST: the next writes every run as it
+	// lies.
+	res, _ := pc.list("")
+	before := packs(t, res.Items)
+	res, w := pc.list("")
+	after := packs(t, res.Items)
+	distinct, packed := map[*indexcache.Pack]bool{}, 0
+	for i := range before {
+		if before[i] != after[i] {
+			t.Fatalf("item %d moved on a LIST of unchanged objects", i)
+		}
+		distinct[before[i]] = true
+		if before[i] != nil {
+			packed++
+		}
+	}
+	if packed < len(res.Items)/2 {
+		t.Errorf("%d of %d items in packs", packed, len(res.Items))
+	}
+	// One write per run as it lies, at most one between two of them for
+	// what was copied.
+	if w.writes > 2*len(distinct)+2 {
+		t.Errorf("%d writes for %d items in %d packs: runs were copied", w.writes, len(res.Items), len(distinct))
+	}
+}
+
+// A label LIST leaves its items where they lie: they are not neighbours in
+// the next LIST.
+func TestLabelListsMoveNothing(t *testing.T) {
+	pc := newPackedCache(t, 100)
+	res, _ := pc.list("a-3")
+	if len(res.Items) == 0 || res.Whole {
+		t.Fatalf("%d items, whole %v: the test wants a label LIST", len(res.Items), res.Whole)
+	}
+	for i, p := range packs(t, res.Items) {
+		if p != nil {
+			t.Fatalf("item %d moved into a pack by a label LIST", i)
+		}
+	}
+}
+
+// A pack mostly of versions no longer current is copied out of: its
+// current items move to new packs, so that it can go.
+func TestSparsePacksAreLeft(t *testing.T) {
+	const n = 200
+	pc := newPackedCache(t, n)
+	res, _ := pc.list("")
+	old := packs(t, res.Items)
+	// Update all but every fourth object.
+	for i := range n {
+		if i%4 != 0 {
+			if err := pc.cache.Ingest().Update(pc.object(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// What of each old pack is still current, before the next LIST.
+	opts := indexcache.ListOptions{ResourceVersion: "0"}
+	cur, err := pc.cache.List(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := map[*indexcache.Pack]int{}
+	for _, o := range cur.Items {
+		if raw, p, _, _ := o.KeptIn(heldFormat); p != nil {
+			live[p] += 1 + len(raw)
+		}
+	}
+	sparse := 0
+	for _, p := range old {
+		if p != nil && 2*live[p] < len(p.Bytes()) {
+			sparse++
+		}
+	}
+	if sparse == 0 {
+		t.Fatal("no pack became sparse: the test changes too little")
+	}
+	res, _ = pc.list("")
+	for i, p := range packs(t, res.Items) {
+		if p != nil && 2*live[p] < len(p.Bytes()) && live[p] > 0 {
+			t.Errorf("item %d still lies in a pack mostly of versions no longer current (%d of %d bytes current)", i, live[p], len(p.Bytes()))
+		}
+	}
+}
+
+// LISTs at once, moving the same items while updates come in, write valid
+// lists (run with -race).
+func TestConcurrentListsMoveSafely(t *testing.T) {
+	const n = 150
+	pc := newPackedCache(t, n)
+	var objs []*rawobject.Object
+	for i := range n {
+		objs = append(objs, pc.object(i))
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				res, err := pc.cache.List(context.Background(), indexcache.ListOptions{ResourceVersion: "0"})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var w bytes.Buffer
+				bw := bufio.NewWriter(&w)
+				bw.WriteString("[")
+				if err := writeItems(bw, &w, res.Items, res.Whole); err != nil {
+					t.Error(err)
+					return
+				}
+				bw.WriteString("]")
+				bw.Flush()
+				var items []json.RawMessage
+				if err := json.Unmarshal(w.Bytes(), &items); err != nil || len(items) != len(res.Items) {
+					t.Errorf("%d items written as %d (%v)", len(res.Items), len(items), err)
+					return
+				}
+			}
+		}()
+	}
+	for _, o := range objs {
+		if err := pc.cache.Ingest().Update(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	pc.list("")
+}
