@@ -2,6 +2,7 @@ package indexcache
 
 import (
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // Index advice (package advice keeps the books): LISTs (and a watch's
@@ -17,13 +18,13 @@ import (
 
 // adviceKeys are the keys of pred's exact requirements, which a LIST that
 // scanned would have used had they been indexed.
-func adviceKeys(pred *predicate) []advice.Key {
-	if len(pred.exact) == 0 {
+func adviceKeys(pred *held.Predicate) []advice.Key {
+	if len(pred.Exact) == 0 {
 		return nil
 	}
-	keys := make([]advice.Key, len(pred.exact))
-	for i, r := range pred.exact {
-		keys[i] = advice.Key{Label: r.label, Key: r.key}
+	keys := make([]advice.Key, len(pred.Exact))
+	for i, r := range pred.Exact {
+		keys[i] = advice.Key{Label: r.Label, Key: r.Key}
 	}
 	return keys
 }
@@ -36,18 +37,18 @@ func (c *Cache) sampleAdvice() []advice.Advice {
 	seq, total, indexed := c.store.adviceBasisLocked()
 	var ws []advice.Watcher
 	c.disp.each(func(w *watcher) {
-		if w.route.kind != routeUnindexed && w.route.kind != routeNamespace || len(w.pred.exact) == 0 {
+		if w.route.Kind != held.RouteUnindexed && w.route.Kind != held.RouteNamespace || len(w.pred.Exact) == 0 {
 			return
 		}
 		aw := advice.Watcher{Share: 1, StartSeq: w.startSeq}
-		if w.route.kind == routeNamespace {
+		if w.route.Kind == held.RouteNamespace {
 			aw.Share = 0
 			if total > 0 {
-				aw.Share = float64(c.store.namespaceObjectsLocked(w.route.values[0])) / float64(total)
+				aw.Share = float64(c.store.namespaceObjectsLocked(w.route.Values[0])) / float64(total)
 			}
 		}
-		for _, r := range w.pred.exact {
-			if k := (advice.Key{Label: r.label, Key: r.key}); !indexed[k] {
+		for _, r := range w.pred.Exact {
+			if k := (advice.Key{Label: r.Label, Key: r.Key}); !indexed[k] {
 				aw.Keys = append(aw.Keys, k)
 			}
 		}

@@ -705,7 +705,7 @@ func TestEventWindowRetention(t *testing.T) {
 	for rv := uint64(162); rv <= 400; rv++ { // full (200) from 210 on, it drops the stale burst, then grows (400)
 		add(rv)
 	}
-	if n, first := c.store.window.Len(), c.store.window.At(0).rv; n != 240 || first != 161 {
+	if n, first := c.store.window.Len(), c.store.window.At(0).RV(); n != 240 || first != 161 {
 		t.Fatalf("window holds %d events from %d, want 240 from 161", n, first)
 	}
 	if w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); err != nil {

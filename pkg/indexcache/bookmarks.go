@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -86,7 +88,7 @@ func (d *dispatcher) sendBookmarkTo(w *watcher, rv uint64) {
 func (d *dispatcher) deliverBookmark(ws []*watcher, rv uint64) {
 	// One object for all: encoded once per encoder like any event.
 	bm := bookmarkEvent(d.newFunc(), rv, false)
-	bm.Object = newObject(bm.Object, &kept{}, nil)
+	bm.Object = held.NewObjectWith(bm.Object, &held.Kept{}, nil)
 	d.sendMu.Lock()
 	defer d.sendMu.Unlock()
 	for _, w := range ws {

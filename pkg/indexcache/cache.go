@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/cachemetrics"
+
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 
@@ -93,7 +95,7 @@ type Cache struct {
 	fieldNames []string       // selectable fields, sorted; entry.fields is by this order
 	fieldIDs   map[string]int // field path -> ordinal
 	objType    reflect.Type   // of NewFunc's objects
-	m          *cacheMetrics
+	m          *cachemetrics.Metrics
 	advice     *advice.Tracker // advice.go gathers for it
 
 	setMu sync.Mutex // one index change at a time
@@ -162,9 +164,9 @@ func New(cfg Config) (*Cache, error) {
 	for _, f := range cfg.AlwaysIndexedFields {
 		alwaysIndexed[c.fieldIDs[f]] = f
 	}
-	c.m = newCacheMetrics(c.resource)
+	c.m = cachemetrics.NewMetrics(c.resource)
 	c.advice = advice.NewTracker(cfg.Clock, c.resource, housekeepingInterval)
-	c.disp = newDispatcher(&c.cfg, c.resource, c, c.m)
+	c.disp = newDispatcher(&c.cfg, c.resource, objectMaker{c}, c.m)
 	c.store = newStore(&c.cfg, c.resource, alwaysIndexed, c.m, c.withRV, c.disp.handOff)
 	c.disp.start()
 	return c, nil
@@ -198,7 +200,7 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 			slice = (slice + 1) % c.disp.bookmarkSlices
 		case <-housekeeping.C():
 			c.store.expireHistory()
-			c.m.setIndexValues(c.IndexStats()) // cardinality drifts with ingest
+			c.m.SetIndexValues(c.IndexStats()) // cardinality drifts with ingest
 			c.sampleAdvice()
 		}
 	}

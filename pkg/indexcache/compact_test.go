@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -71,17 +73,17 @@ func TestCompactHolding(t *testing.T) {
 	}
 	c.store.mu.RLock()
 	defer c.store.mu.RUnlock()
-	c.store.tree.Ascend(func(e *entry) bool {
-		if e.obj != nil {
-			t.Errorf("%s is held decoded", e.key)
+	c.store.tree.Ascend(func(e *held.Entry) bool {
+		if e.Obj != nil {
+			t.Errorf("%s is held decoded", e.Key)
 		}
 		return true
 	})
 	for i := 0; i < c.store.window.Len(); i++ {
 		ev := c.store.window.At(i)
-		for _, e := range []*entry{ev.prev, ev.cur, ev.gone} {
-			if e != nil && e.obj != nil {
-				t.Errorf("the window holds %s@%d decoded", e.key, e.rv)
+		for _, e := range []*held.Entry{ev.Prev, ev.Cur, ev.Gone()} {
+			if e != nil && e.Obj != nil {
+				t.Errorf("the window holds %s@%d decoded", e.Key, e.RV)
 			}
 		}
 	}

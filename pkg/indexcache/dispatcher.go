@@ -4,6 +4,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/cachemetrics"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 )
@@ -15,7 +19,7 @@ import (
 // (dispatch.go), and sends bookmarks (bookmarks.go).
 //
 // It reads nothing of the store. What it knows of a change is the
-// storeEvent the store handed it (handOff), which is immutable once
+// held.Event the store handed it (handOff), which is immutable once
 // committed; entries become Objects through objs. The Cache registers a
 // watcher (add) while it holds the store's lock, which is what makes the
 // watcher's initial events and its live ones meet without a gap or a
@@ -28,8 +32,8 @@ type dispatcher struct {
 	resource string
 	clock    clock.WithTicker
 	newFunc  func() runtime.Object // an empty object of the served type, for bookmarks
-	objs     objectMaker
-	m        *cacheMetrics
+	objs     held.ObjectMaker
+	m        *cachemetrics.Metrics
 
 	queue  chan dispatchItem // fed in resourceVersion order (handOff), read by run
 	stopCh chan struct{}
@@ -55,13 +59,7 @@ type dispatcher struct {
 	rv uint64
 }
 
-// objectMaker hands entries out as Objects (*Cache is one: entry.go).
-type objectMaker interface {
-	object(e *entry) *Object
-	withRV(e *entry, rv uint64) *entry
-}
-
-func newDispatcher(cfg *Config, resource string, objs objectMaker, m *cacheMetrics) *dispatcher {
+func newDispatcher(cfg *Config, resource string, objs held.ObjectMaker, m *cachemetrics.Metrics) *dispatcher {
 	return &dispatcher{
 		resource:       resource,
 		clock:          cfg.Clock,
@@ -78,7 +76,7 @@ func newDispatcher(cfg *Config, resource string, objs objectMaker, m *cacheMetri
 }
 
 // newWatcher returns a watcher of this dispatcher, not yet registered.
-func (d *dispatcher) newWatcher(pred *predicate, allowBookmarks bool) *watcher {
+func (d *dispatcher) newWatcher(pred *held.Predicate, allowBookmarks bool) *watcher {
 	return &watcher{
 		d:              d,
 		pred:           pred,
@@ -91,7 +89,7 @@ func (d *dispatcher) newWatcher(pred *predicate, allowBookmarks bool) *watcher {
 // add registers a started watcher under route. The Cache calls it holding
 // the store's lock, so that no event is committed between the watcher's
 // initial events and its registration.
-func (d *dispatcher) add(w *watcher, r route) {
+func (d *dispatcher) add(w *watcher, r held.Route) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	w.route = r
@@ -109,7 +107,7 @@ func (d *dispatcher) remove(w *watcher) {
 
 // rehome registers every watcher again under the route choose gives it
 // (the indexes changed).
-func (d *dispatcher) rehome(choose func(*predicate) route) {
+func (d *dispatcher) rehome(choose func(*held.Predicate) held.Route) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ws := d.router.list()
@@ -131,7 +129,7 @@ func (d *dispatcher) each(fn func(*watcher)) {
 }
 
 func (d *dispatcher) publishWatchersLocked() {
-	d.m.setWatchers(d.router.perIndex, d.router.sharded)
+	d.m.SetWatchers(d.router.perIndex, d.router.sharded)
 }
 
 // start starts the dispatch goroutine.

@@ -5,29 +5,27 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/indexname"
 )
 
-// cell is the stable home of one key's current entry. Indexes hold cells,
-// not entries, so an update that keeps every indexed value touches no index.
-type cell struct{ e *entry }
-
 // valueIndex maps the values of one label key or field to the cells of the
 // objects holding them, by key.
-type valueIndex map[string]map[string]*cell
+type valueIndex map[string]map[string]*held.Cell
 
-func (ix valueIndex) add(value string, e *entry) {
+func (ix valueIndex) add(value string, e *held.Entry) {
 	bucket := ix[value]
 	if bucket == nil {
-		bucket = map[string]*cell{}
+		bucket = map[string]*held.Cell{}
 		ix[value] = bucket
 	}
-	bucket[e.key] = e.cell
+	bucket[e.Key] = e.Cell
 }
 
-func (ix valueIndex) remove(value string, e *entry) {
+func (ix valueIndex) remove(value string, e *held.Entry) {
 	if bucket := ix[value]; bucket != nil {
-		delete(bucket, e.key)
+		delete(bucket, e.Key)
 		if len(bucket) == 0 {
 			delete(ix, value)
 		}
@@ -83,14 +81,14 @@ func (s *indexSet) emptyCopy() *indexSet {
 }
 
 // lookup returns the index answering an exact requirement, if there is one.
-func (s *indexSet) lookup(r exactReq) (valueIndex, string, bool) {
-	if r.label {
-		if ix, ok := s.labels[r.key]; ok {
-			return ix.values, indexname.Label(r.key), true
+func (s *indexSet) lookup(r held.ExactReq) (valueIndex, string, bool) {
+	if r.Label {
+		if ix, ok := s.labels[r.Key]; ok {
+			return ix.values, indexname.Label(r.Key), true
 		}
 		return nil, "", false
 	}
-	if ix, ok := s.fields[r.id]; ok {
+	if ix, ok := s.fields[r.ID]; ok {
 		return ix.values, indexname.Field(ix.path), true
 	}
 	return nil, "", false
@@ -98,15 +96,15 @@ func (s *indexSet) lookup(r exactReq) (valueIndex, string, bool) {
 
 // update moves an entry between buckets; old or new may be nil. Values an
 // update keeps need nothing: the bucket holds the key's cell.
-func (s *indexSet) update(old, new *entry) {
+func (s *indexSet) update(old, new *held.Entry) {
 	for key, ix := range s.labels {
 		var ov, nv string
 		var oldHas, newHas bool
 		if old != nil {
-			ov, oldHas = old.labels[key]
+			ov, oldHas = old.Labels[key]
 		}
 		if new != nil {
-			nv, newHas = new.labels[key]
+			nv, newHas = new.Labels[key]
 		}
 		if oldHas && newHas && ov == nv {
 			continue
@@ -121,10 +119,10 @@ func (s *indexSet) update(old, new *entry) {
 	for id, ix := range s.fields {
 		var ovs, nvs []string
 		if old != nil {
-			ovs = old.fields[id]
+			ovs = old.Fields[id]
 		}
 		if new != nil {
-			nvs = new.fields[id]
+			nvs = new.Fields[id]
 		}
 		if old != nil && new != nil && sameValues(ovs, nvs) {
 			continue
@@ -137,15 +135,15 @@ func (s *indexSet) update(old, new *entry) {
 		}
 	}
 	switch {
-	case old != nil && new != nil && old.namespace == new.namespace:
+	case old != nil && new != nil && old.Namespace == new.Namespace:
 	default:
 		if old != nil {
-			if s.namespaces[old.namespace]--; s.namespaces[old.namespace] <= 0 {
-				delete(s.namespaces, old.namespace)
+			if s.namespaces[old.Namespace]--; s.namespaces[old.Namespace] <= 0 {
+				delete(s.namespaces, old.Namespace)
 			}
 		}
 		if new != nil {
-			s.namespaces[new.namespace]++
+			s.namespaces[new.Namespace]++
 		}
 	}
 }
@@ -165,7 +163,7 @@ func sameValues(a, b []string) bool {
 // candidates returns, sorted by key, the entries that satisfy every exact
 // requirement an index can answer (see collect); ok is false when no index
 // applies. The caller still applies the full predicate.
-func (s *indexSet) candidates(p *predicate) (out []*entry, name string, ok bool) {
+func (s *indexSet) candidates(p *held.Predicate) (out []*held.Entry, name string, ok bool) {
 	out, name, ok = s.collect(p)
 	if ok {
 		out = sortCandidates(out)
@@ -178,7 +176,7 @@ func (s *indexSet) candidates(p *predicate) (out []*entry, name string, ok bool)
 // smallest candidate set and probing the others: one pointer copy per
 // candidate, so that readers hold the lock for no more, and sort after
 // releasing it (sortCandidates).
-func (s *indexSet) collect(p *predicate) (out []*entry, name string, ok bool) {
+func (s *indexSet) collect(p *held.Predicate) (out []*held.Entry, name string, ok bool) {
 	type set struct {
 		name   string
 		ix     valueIndex
@@ -186,19 +184,19 @@ func (s *indexSet) collect(p *predicate) (out []*entry, name string, ok bool) {
 		size   int
 	}
 	var sets []set
-	for _, r := range p.exact {
+	for _, r := range p.Exact {
 		ix, n, found := s.lookup(r)
 		if !found {
 			continue
 		}
-		sets = append(sets, set{name: n, ix: ix, values: r.values, size: ix.size(r.values)})
+		sets = append(sets, set{name: n, ix: ix, values: r.Values, size: ix.size(r.Values)})
 	}
 	if len(sets) == 0 {
 		return nil, "", false
 	}
 	sort.SliceStable(sets, func(i, j int) bool { return sets[i].size < sets[j].size })
 	smallest, others := sets[0], sets[1:]
-	out = make([]*entry, 0, smallest.size)
+	out = make([]*held.Entry, 0, smallest.size)
 	for _, v := range smallest.values {
 	next:
 		for key, cl := range smallest.ix[v] {
@@ -207,7 +205,7 @@ func (s *indexSet) collect(p *predicate) (out []*entry, name string, ok bool) {
 					continue next
 				}
 			}
-			out = append(out, cl.e)
+			out = append(out, cl.E)
 		}
 	}
 	return out, smallest.name, true
@@ -219,9 +217,9 @@ var sortingCandidates = func() {}
 // sortCandidates puts collected candidates in key order. Distinct values
 // select disjoint buckets for labels (one value per key), but a
 // multi-valued field may put an entry under several of them.
-func sortCandidates(out []*entry) []*entry {
+func sortCandidates(out []*held.Entry) []*held.Entry {
 	sortingCandidates()
-	slices.SortFunc(out, func(a, b *entry) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(out, func(a, b *held.Entry) int { return strings.Compare(a.Key, b.Key) })
 	return dedupeSorted(out)
 }
 
@@ -234,13 +232,13 @@ func inAny(ix valueIndex, values []string, key string) bool {
 	return false
 }
 
-func dedupeSorted(es []*entry) []*entry {
+func dedupeSorted(es []*held.Entry) []*held.Entry {
 	if len(es) < 2 {
 		return es
 	}
 	out := es[:1]
 	for _, e := range es[1:] {
-		if e.key != out[len(out)-1].key {
+		if e.Key != out[len(out)-1].Key {
 			out = append(out, e)
 		}
 	}

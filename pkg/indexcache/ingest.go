@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+
 	"github.com/google/btree"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -49,13 +51,13 @@ func (i *ingest) UpdateResourceVersion(rv string) {
 func (i *ingest) List() []interface{} {
 	c := i.c
 	out := make([]interface{}, 0, c.store.size())
-	c.store.each(func(e *entry) bool { out = append(out, c.decoded(e)); return true })
+	c.store.each(func(e *held.Entry) bool { out = append(out, c.decoded(e)); return true })
 	return out
 }
 
 func (i *ingest) ListKeys() []string {
 	out := make([]string, 0, i.c.store.size())
-	i.c.store.each(func(e *entry) bool { out = append(out, e.key); return true })
+	i.c.store.each(func(e *held.Entry) bool { out = append(out, e.Key); return true })
 	return out
 }
 
@@ -75,7 +77,7 @@ func (i *ingest) GetByKey(key string) (interface{}, bool, error) {
 }
 
 // toEntry transforms what the reflector delivered into an entry.
-func (c *Cache) toEntry(obj interface{}) (*entry, error) {
+func (c *Cache) toEntry(obj interface{}) (*held.Entry, error) {
 	o, err := c.cfg.Transform(obj)
 	if err != nil {
 		return nil, err
@@ -127,7 +129,7 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 		if err != nil {
 			return err
 		}
-		e.cell = &cell{e: e}
+		e.Cell = &held.Cell{E: e}
 		tree.ReplaceOrInsert(e)
 	}
 

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+
 	"github.com/google/btree"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -129,16 +131,16 @@ func isExpired(err error) bool {
 
 // anyAfter tells whether tree has an object after key under prefix (a
 // namespace's "/ns/", or "/" for all).
-func anyAfter(tree *btree.BTreeG[*entry], prefix, key string) bool {
+func anyAfter(tree *btree.BTreeG[*held.Entry], prefix, key string) bool {
 	found := false
-	fn := func(e *entry) bool {
-		found = e.key > key
+	fn := func(e *held.Entry) bool {
+		found = e.Key > key
 		return !found
 	}
 	if ns := strings.TrimPrefix(prefix, continuePrefix); ns != "" {
-		tree.AscendRange(&entry{key: key}, &entry{key: strings.TrimSuffix(ns, "/") + "0"}, fn) // '0' follows '/'
+		tree.AscendRange(&held.Entry{Key: key}, &held.Entry{Key: strings.TrimSuffix(ns, "/") + "0"}, fn) // '0' follows '/'
 	} else {
-		tree.AscendGreaterOrEqual(&entry{key: key}, fn)
+		tree.AscendGreaterOrEqual(&held.Entry{Key: key}, fn)
 	}
 	return found
 }
@@ -155,11 +157,11 @@ func continueToken(key, prefix string, rv int64) (string, error) {
 
 // page selects one page from a view, from the index candidates when there
 // are some, else by scanning; its continue token is relative to prefix.
-func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int64) *ListResult {
+func (c *Cache) page(v view, pred *held.Predicate, prefix, startKey string, limit int64) *ListResult {
 	res := &ListResult{ResourceVersion: v.rv}
-	var matched []*entry
-	collect := func(e *entry) bool {
-		if !pred.matches(e) {
+	var matched []*held.Entry
+	collect := func(e *held.Entry) bool {
+		if !pred.Matches(e) {
 			return true
 		}
 		matched = append(matched, e)
@@ -170,10 +172,10 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 		matched = firstMatches(v.candidates, pred, startKey, limit)
 	} else {
 		scanned := 0
-		res.Index = c.store.scan(v.tree, pred, startKey, func(e *entry) bool { scanned++; return collect(e) })
+		res.Index = c.store.scan(v.tree, pred, startKey, func(e *held.Entry) bool { scanned++; return collect(e) })
 		c.advice.Scanned(adviceKeys(pred), scanned, len(matched))
 	}
-	c.m.list(res.Index)
+	c.m.List(res.Index)
 	res.Items = make([]*Object, len(matched))
 	for i, e := range matched {
 		res.Items[i] = c.object(e)
@@ -182,10 +184,10 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 	// when its scope (the namespace, or everything) has any object after
 	// the page's last, whether or not it matches: the continue token (and
 	// so the body) is kube-apiserver's.
-	if limit <= 0 || int64(len(matched)) < limit || !anyAfter(v.tree, prefix, matched[len(matched)-1].key) {
+	if limit <= 0 || int64(len(matched)) < limit || !anyAfter(v.tree, prefix, matched[len(matched)-1].Key) {
 		return res
 	}
-	next := matched[len(matched)-1].key + "\x00"
+	next := matched[len(matched)-1].Key + "\x00"
 	token, err := continueToken(continuePrefix+next, prefix, int64(v.rv))
 	if err != nil {
 		// Keys of a namespace's list always carry its prefix; nothing a
@@ -194,18 +196,18 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 	}
 	res.Continue = token
 	switch {
-	case pred.selectsAll() && !c.store.inOneNamespace(pred) && startKey == "":
+	case pred.SelectsAll() && !c.store.inOneNamespace(pred) && startKey == "":
 		// The first page of everything holds the first len(matched)
 		// objects: the rest is the tree's size less those, no walk over
 		// them (a full LIST's first page of a million pods).
 		n := int64(v.tree.Len() - len(matched))
 		res.RemainingItemCount = &n
-	case pred.selectsAll():
+	case pred.SelectsAll():
 		// Like kube-apiserver, only for an unfiltered list (a namespace is
 		// not a filter): the rest of the range, counted.
 		n := int64(0)
-		c.store.scan(v.tree, pred, next, func(e *entry) bool {
-			if pred.matches(e) {
+		c.store.scan(v.tree, pred, next, func(e *held.Entry) bool {
+			if pred.Matches(e) {
 				n++
 			}
 			return true
@@ -221,11 +223,11 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 // order and possibly repeated (collect): a page keeps the limit smallest in
 // a heap, so its work is one predicate per candidate, not a sort of the
 // whole bucket.
-func firstMatches(cands []*entry, pred *predicate, startKey string, limit int64) []*entry {
+func firstMatches(cands []*held.Entry, pred *held.Predicate, startKey string, limit int64) []*held.Entry {
 	if limit <= 0 {
-		var out []*entry
+		var out []*held.Entry
 		for _, e := range cands {
-			if e.key >= startKey && pred.matches(e) {
+			if e.Key >= startKey && pred.Matches(e) {
 				out = append(out, e)
 			}
 		}
@@ -234,27 +236,27 @@ func firstMatches(cands []*entry, pred *predicate, startKey string, limit int64)
 	h := &keyHeap{}
 	in := map[string]bool{}
 	for _, e := range cands {
-		if e.key < startKey || (int64(len(*h)) >= limit && e.key >= (*h)[0].key) || in[e.key] || !pred.matches(e) {
+		if e.Key < startKey || (int64(len(*h)) >= limit && e.Key >= (*h)[0].Key) || in[e.Key] || !pred.Matches(e) {
 			continue
 		}
 		stdheap.Push(h, e)
-		in[e.key] = true
+		in[e.Key] = true
 		if int64(len(*h)) > limit {
-			delete(in, stdheap.Pop(h).(*entry).key)
+			delete(in, stdheap.Pop(h).(*held.Entry).Key)
 		}
 	}
-	out := []*entry(*h)
-	slices.SortFunc(out, func(a, b *entry) int { return strings.Compare(a.key, b.key) })
+	out := []*held.Entry(*h)
+	slices.SortFunc(out, func(a, b *held.Entry) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
 
 // keyHeap is a max-heap of entries by key.
-type keyHeap []*entry
+type keyHeap []*held.Entry
 
 func (h keyHeap) Len() int           { return len(h) }
-func (h keyHeap) Less(i, j int) bool { return h[i].key > h[j].key }
+func (h keyHeap) Less(i, j int) bool { return h[i].Key > h[j].Key }
 func (h keyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *keyHeap) Push(x any)        { *h = append(*h, x.(*entry)) }
+func (h *keyHeap) Push(x any)        { *h = append(*h, x.(*held.Entry)) }
 func (h *keyHeap) Pop() any {
 	old := *h
 	e := old[len(old)-1]

@@ -29,6 +29,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/sharding"
 	"k8s.io/utils/clock"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/cachemetrics"
 )
 
 // FieldFunc returns the values of one selectable field of an object. Most fields
@@ -52,7 +54,7 @@ type Config struct {
 	// which is decoded on demand.
 	Compaction Compaction
 	// Encoder writes held objects in the serving layer's wire formats and
-	// decides what of it is kept with each object version (object.go). Nil
+	// decides what of it is kept with each object version (held.Object). Nil
 	// keeps each encoder's output whole.
 	Encoder Encoder
 	// Fields are all selectable fields (besides metadata.namespace, which the cache
@@ -145,9 +147,4 @@ type WatchOptions struct {
 }
 
 // IndexStat describes one index, for IndexPolicy status and metrics.
-type IndexStat struct {
-	Name           string // "label:<key>" or "field:<path>"
-	Values         int    // distinct values
-	Objects        int    // entries (object references)
-	EstimatedBytes int64
-}
+type IndexStat = cachemetrics.IndexStat

@@ -1,51 +1,11 @@
 package indexcache
 
 import (
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/indexname"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/shards"
 )
 
 type watcherSet map[*watcher]struct{}
-
-// routeKind names where a watcher is registered.
-type routeKind int
-
-const (
-	routeUnindexed routeKind = iota
-	routeNamespace
-	routeLabel
-	routeField
-	routeShard
-)
-
-// route is where a watcher is registered: exactly one routing index (with
-// one or a few values), or the unindexed list.
-type route struct {
-	name   string // metric label: namespace, label:<key>, field:<path>, shard, unindexed
-	kind   routeKind
-	key    string // label key or field path
-	id     int    // field ordinal
-	values []string
-}
-
-func (r route) withName() route {
-	r.name = r.indexName()
-	return r
-}
-
-func (r route) indexName() string {
-	switch r.kind {
-	case routeNamespace:
-		return "namespace"
-	case routeLabel:
-		return indexname.Label(r.key)
-	case routeField:
-		return indexname.Field(r.key)
-	case routeShard:
-		return "shard"
-	}
-	return "unindexed"
-}
 
 // router finds the watchers an event may concern. Each watcher sits in one
 // index; an event looks up the buckets its old and new values hit in every
@@ -92,29 +52,29 @@ func removeFrom(m map[string]watcherSet, v string, w *watcher) {
 
 func (r *router) add(w *watcher) {
 	r.all[w] = struct{}{}
-	r.perIndex[w.route.name]++
-	if len(w.pred.shards) > 0 {
+	r.perIndex[w.route.Name]++
+	if len(w.pred.Shards) > 0 {
 		r.sharded++
 	}
-	switch w.route.kind {
-	case routeNamespace:
-		addTo(r.namespaces, w.route.values[0], w)
-	case routeLabel:
-		if r.labels[w.route.key] == nil {
-			r.labels[w.route.key] = map[string]watcherSet{}
+	switch w.route.Kind {
+	case held.RouteNamespace:
+		addTo(r.namespaces, w.route.Values[0], w)
+	case held.RouteLabel:
+		if r.labels[w.route.Key] == nil {
+			r.labels[w.route.Key] = map[string]watcherSet{}
 		}
-		for _, v := range w.route.values {
-			addTo(r.labels[w.route.key], v, w)
+		for _, v := range w.route.Values {
+			addTo(r.labels[w.route.Key], v, w)
 		}
-	case routeField:
-		if r.fields[w.route.id] == nil {
-			r.fields[w.route.id] = map[string]watcherSet{}
+	case held.RouteField:
+		if r.fields[w.route.ID] == nil {
+			r.fields[w.route.ID] = map[string]watcherSet{}
 		}
-		for _, v := range w.route.values {
-			addTo(r.fields[w.route.id], v, w)
+		for _, v := range w.route.Values {
+			addTo(r.fields[w.route.ID], v, w)
 		}
-	case routeShard:
-		r.shardIndex(w).Add(w, w.pred.shards)
+	case held.RouteShard:
+		r.shardIndex(w).Add(w, w.pred.Shards)
 	default:
 		r.unindexed[w] = struct{}{}
 	}
@@ -125,30 +85,30 @@ func (r *router) remove(w *watcher) {
 		return
 	}
 	delete(r.all, w)
-	if r.perIndex[w.route.name]--; r.perIndex[w.route.name] <= 0 {
-		delete(r.perIndex, w.route.name)
+	if r.perIndex[w.route.Name]--; r.perIndex[w.route.Name] <= 0 {
+		delete(r.perIndex, w.route.Name)
 	}
-	if len(w.pred.shards) > 0 {
+	if len(w.pred.Shards) > 0 {
 		r.sharded--
 	}
-	switch w.route.kind {
-	case routeNamespace:
-		removeFrom(r.namespaces, w.route.values[0], w)
-	case routeLabel:
-		for _, v := range w.route.values {
-			removeFrom(r.labels[w.route.key], v, w)
+	switch w.route.Kind {
+	case held.RouteNamespace:
+		removeFrom(r.namespaces, w.route.Values[0], w)
+	case held.RouteLabel:
+		for _, v := range w.route.Values {
+			removeFrom(r.labels[w.route.Key], v, w)
 		}
-		if len(r.labels[w.route.key]) == 0 {
-			delete(r.labels, w.route.key)
+		if len(r.labels[w.route.Key]) == 0 {
+			delete(r.labels, w.route.Key)
 		}
-	case routeField:
-		for _, v := range w.route.values {
-			removeFrom(r.fields[w.route.id], v, w)
+	case held.RouteField:
+		for _, v := range w.route.Values {
+			removeFrom(r.fields[w.route.ID], v, w)
 		}
-		if len(r.fields[w.route.id]) == 0 {
-			delete(r.fields, w.route.id)
+		if len(r.fields[w.route.ID]) == 0 {
+			delete(r.fields, w.route.ID)
 		}
-	case routeShard:
+	case held.RouteShard:
 		r.shardIndex(w).Remove(w)
 	default:
 		delete(r.unindexed, w)
@@ -156,7 +116,7 @@ func (r *router) remove(w *watcher) {
 }
 
 func (r *router) shardIndex(w *watcher) *shards.Index[*watcher] {
-	if w.pred.shardByNS {
+	if w.pred.ShardByNS {
 		return r.nsShards
 	}
 	return r.uidShards
@@ -165,7 +125,7 @@ func (r *router) shardIndex(w *watcher) *shards.Index[*watcher] {
 // candidates appends to out every watcher registered under a value the old
 // or the new state hits, in any routing index, plus the unindexed ones, each
 // once: epoch marks the watchers already taken for this event.
-func (r *router) candidates(old, new *entry, epoch uint64, out []*watcher) []*watcher {
+func (r *router) candidates(old, new *held.Entry, epoch uint64, out []*watcher) []*watcher {
 	takeOne := func(w *watcher) {
 		if w.epoch != epoch {
 			w.epoch = epoch
@@ -177,25 +137,25 @@ func (r *router) candidates(old, new *entry, epoch uint64, out []*watcher) []*wa
 			takeOne(w)
 		}
 	}
-	for _, e := range [2]*entry{old, new} {
+	for _, e := range [2]*held.Entry{old, new} {
 		if e == nil {
 			continue
 		}
 		if len(r.namespaces) > 0 {
-			take(r.namespaces[e.namespace])
+			take(r.namespaces[e.Namespace])
 		}
 		for key, byValue := range r.labels {
-			if v, ok := e.labels[key]; ok {
+			if v, ok := e.Labels[key]; ok {
 				take(byValue[v])
 			}
 		}
 		for id, byValue := range r.fields {
-			for _, v := range e.fields[id] {
+			for _, v := range e.Fields[id] {
 				take(byValue[v])
 			}
 		}
-		r.uidShards.Lookup(e.uidHash, takeOne)
-		r.nsShards.Lookup(e.nsHash, takeOne)
+		r.uidShards.Lookup(e.UIDHash, takeOne)
+		r.nsShards.Lookup(e.NSHash, takeOne)
 	}
 	take(r.unindexed)
 	return out

@@ -3,6 +3,8 @@ package indexcache
 import (
 	"fmt"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+
 	"k8s.io/klog/v2"
 )
 
@@ -18,7 +20,7 @@ func (c *Cache) SetIndexes(labelKeys, fieldPaths []string) error {
 		if _, ok := c.fieldIDs[f]; !ok {
 			return fmt.Errorf("field %q cannot be indexed for %s", f, c.resource)
 		}
-		if f == namespaceField {
+		if f == held.NamespaceField {
 			return fmt.Errorf("field %q is always indexed for %s", f, c.resource)
 		}
 	}
@@ -31,10 +33,10 @@ func (c *Cache) SetIndexes(labelKeys, fieldPaths []string) error {
 
 		next, built := c.planIndexes(cur, labelKeys, fieldPaths)
 		if len(built.labels)+len(built.fields) > 0 {
-			tree.Ascend(func(e *entry) bool { built.update(nil, e); return true })
+			tree.Ascend(func(e *held.Entry) bool { built.update(nil, e); return true })
 		}
 		if stats, ok := c.store.swapIndexes(next, built, at, rehome); ok {
-			c.m.setIndexValues(stats)
+			c.m.SetIndexValues(stats)
 			klog.V(2).InfoS("Index cache indexes set", "resource", c.resource, "labels", labelKeys, "fields", fieldPaths,
 				"built", len(built.labels)+len(built.fields))
 			return nil

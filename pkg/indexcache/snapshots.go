@@ -1,5 +1,9 @@
 package indexcache
 
+import (
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+)
+
 // Past states, for continue tokens and Exact reads. A retained snapshot
 // (package history keeps them) shares every unchanged node and entry with
 // the live store (copy-on-write). Like kube-apiserver's, there is one per
@@ -16,7 +20,7 @@ package indexcache
 // index candidates of pred in it when an index applies. It fails with 410
 // when the event window no longer reaches back to rv. The caller has waited
 // for the cache to reach rv.
-func (s *store) stateAt(rv uint64, pred *predicate) (view, error) {
+func (s *store) stateAt(rv uint64, pred *held.Predicate) (view, error) {
 	now := s.clock.Now()
 	s.mu.RLock()
 	cur, oldest := s.rv, s.window.StartRV()
@@ -41,10 +45,10 @@ func (s *store) stateAt(rv uint64, pred *predicate) (view, error) {
 	// Undo newer events, newest first, on the private clone.
 	for i := len(events) - 1; i >= 0; i-- {
 		ev := events[i]
-		if ev.prev == nil {
-			tree.Delete(ev.cur)
+		if ev.Prev == nil {
+			tree.Delete(ev.Cur)
 		} else {
-			tree.ReplaceOrInsert(ev.prev)
+			tree.ReplaceOrInsert(ev.Prev)
 		}
 	}
 	s.snapshots.Add(rv, tree, now)
@@ -57,10 +61,10 @@ func (s *store) stateAt(rv uint64, pred *predicate) (view, error) {
 // what the first did plus the changes since, and nothing is kept per
 // selector. v is returned as it is when no index applies or the window no
 // longer reaches v.rv (then the tree is scanned).
-func (s *store) candidatesAt(v view, pred *predicate) view {
+func (s *store) candidatesAt(v view, pred *held.Predicate) view {
 	s.mu.RLock()
 	live, name, ok := s.indexes.collect(pred)
-	var events []*storeEvent
+	var events []*held.Event
 	if ok {
 		events, ok = s.window.Since(v.rv)
 	}
@@ -70,16 +74,16 @@ func (s *store) candidatesAt(v view, pred *predicate) view {
 	}
 	changed := make(map[string]bool, len(events))
 	for _, ev := range events {
-		changed[ev.cur.key] = true
+		changed[ev.Cur.Key] = true
 	}
-	out := make([]*entry, 0, len(live)+len(changed))
+	out := make([]*held.Entry, 0, len(live)+len(changed))
 	for _, e := range live {
-		if !changed[e.key] {
+		if !changed[e.Key] {
 			out = append(out, e) // the same entry then and now
 		}
 	}
 	for k := range changed {
-		if e, found := v.tree.Get(&entry{key: k}); found {
+		if e, found := v.tree.Get(&held.Entry{Key: k}); found {
 			out = append(out, e)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+
 	"k8s.io/apiserver/pkg/storage"
 )
 
@@ -34,8 +36,8 @@ func (c *Cache) Stats() storage.Stats {
 		return c.statsMemo.stats
 	}
 	var sampled, bytes int64
-	n := c.store.each(func(e *entry) bool {
-		if raw := e.kept.first().raw; len(raw) > 0 {
+	n := c.store.each(func(e *held.Entry) bool {
+		if raw := e.Kept.First().Raw; len(raw) > 0 {
 			sampled++
 			bytes += int64(len(raw))
 		}

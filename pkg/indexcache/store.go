@@ -3,6 +3,10 @@ package indexcache
 import (
 	"sync"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/cachemetrics"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+
 	"github.com/google/btree"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/clock"
@@ -29,13 +33,13 @@ type store struct {
 	resource   string
 	namespaced bool
 	clock      clock.Clock
-	m          *cacheMetrics
+	m          *cachemetrics.Metrics
 	// finalState is a deleted entry's last state stamped with the
 	// deletion's resourceVersion (Cache.withRV).
-	finalState func(e *entry, rv uint64) *entry
+	finalState func(e *held.Entry, rv uint64) *held.Entry
 	// handOff takes each committed change to the dispatcher; called under
 	// ingestMu, so in resourceVersion order.
-	handOff func(committed)
+	handOff func(held.Committed)
 
 	ingestMu sync.Mutex
 	// tombstones are deletions waiting for a resourceVersion of their own
@@ -44,7 +48,7 @@ type store struct {
 
 	mu      sync.RWMutex
 	cloneMu sync.Mutex // btree Clone writes to the source tree: one at a time
-	tree    *btree.BTreeG[*entry]
+	tree    *btree.BTreeG[*held.Entry]
 	indexes *indexSet
 	rv      uint64
 	seq     uint64 // of the last committed event
@@ -60,17 +64,17 @@ type store struct {
 	// generation counts relists: work prepared outside mu is redone if a
 	// relist swapped the state meanwhile.
 	generation uint64
-	window     history.Window[*storeEvent]
+	window     history.Window[*held.Event]
 
-	snapshots *history.Snapshots[*btree.BTreeG[*entry]] // snapshots.go
+	snapshots *history.Snapshots[*btree.BTreeG[*held.Entry]] // snapshots.go
 }
 
-func lessEntry(a, b *entry) bool { return a.key < b.key }
+func lessEntry(a, b *held.Entry) bool { return a.Key < b.Key }
 
 // newStore returns an empty store with the always-indexed fields' indexes
 // (by field ordinal).
-func newStore(cfg *Config, resource string, alwaysIndexed map[int]string, m *cacheMetrics,
-	finalState func(*entry, uint64) *entry, handOff func(committed)) *store {
+func newStore(cfg *Config, resource string, alwaysIndexed map[int]string, m *cachemetrics.Metrics,
+	finalState func(*held.Entry, uint64) *held.Entry, handOff func(held.Committed)) *store {
 	s := &store{
 		gr:         cfg.GroupResource,
 		resource:   resource,
@@ -82,8 +86,8 @@ func newStore(cfg *Config, resource string, alwaysIndexed map[int]string, m *cac
 		tree:       btree.NewG(32, lessEntry),
 		indexes:    newIndexSet(),
 		rvChanged:  make(chan struct{}),
-		window:     history.NewWindow[*storeEvent](cfg.EventWindow, cfg.EventRetention),
-		snapshots:  history.NewSnapshots[*btree.BTreeG[*entry]](cfg.SnapshotRetention, maxSnapshots),
+		window:     history.NewWindow[*held.Event](cfg.EventWindow, cfg.EventRetention),
+		snapshots:  history.NewSnapshots[*btree.BTreeG[*held.Entry]](cfg.SnapshotRetention, maxSnapshots),
 	}
 	for id, path := range alwaysIndexed {
 		s.indexes.fields[id] = &fieldIndex{path: path, values: valueIndex{}}
@@ -122,7 +126,7 @@ func (s *store) setRVLocked(rv uint64) bool {
 	s.rv = rv
 	close(s.rvChanged)
 	s.rvChanged = make(chan struct{})
-	s.m.rv.Set(float64(rv))
+	s.m.RV.Set(float64(rv))
 	return true
 }
 
@@ -153,15 +157,15 @@ func (s *store) stop() {
 }
 
 // get returns the current entry of key.
-func (s *store) get(key string) (*entry, bool) {
+func (s *store) get(key string) (*held.Entry, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.tree.Get(&entry{key: key})
+	return s.tree.Get(&held.Entry{Key: key})
 }
 
 // each calls fn with the current entries in key order, under the read
 // lock, until it returns false; it returns how many objects there are.
-func (s *store) each(fn func(*entry) bool) int {
+func (s *store) each(fn func(*held.Entry) bool) int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	s.tree.Ascend(fn)

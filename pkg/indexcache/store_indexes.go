@@ -2,12 +2,13 @@ package indexcache
 
 import (
 	"github.com/google/btree"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
 // indexBase is what a new index set is built from (Cache.SetIndexes): the
 // live set, where the store stands and a copy-on-write clone of its tree.
-func (s *store) indexBase() (*indexSet, position, *btree.BTreeG[*entry]) {
+func (s *store) indexBase() (*indexSet, position, *btree.BTreeG[*held.Entry]) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.indexes, s.positionLocked(), s.cloneTree()
@@ -32,10 +33,10 @@ func (s *store) swapIndexes(next, built *indexSet, at position, swapped func()) 
 		return nil, false
 	}
 	for _, ev := range events {
-		if ev.typ == watch.Deleted {
-			built.update(ev.prev, nil)
+		if ev.Type == watch.Deleted {
+			built.update(ev.Prev, nil)
 		} else {
-			built.update(ev.prev, ev.cur)
+			built.update(ev.Prev, ev.Cur)
 		}
 	}
 	s.indexes = next

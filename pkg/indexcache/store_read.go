@@ -2,6 +2,7 @@ package indexcache
 
 import (
 	"github.com/google/btree"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
 )
@@ -12,17 +13,17 @@ import (
 // view is a consistent state to list from: a copy-on-write tree, and when
 // an index applied, the candidates it chose at the same resourceVersion.
 type view struct {
-	tree       *btree.BTreeG[*entry]
+	tree       *btree.BTreeG[*held.Entry]
 	rv         uint64
 	indexed    bool
-	candidates []*entry
+	candidates []*held.Entry
 	index      string
 }
 
 // live is the current state. The index candidates are collected under the
 // read lock (a page picks its own from them, page); the tree is cloned (O(1), copy-on-write)
 // only when a scan or a later page may need it.
-func (s *store) live(pred *predicate, paged bool) view {
+func (s *store) live(pred *held.Predicate, paged bool) view {
 	s.mu.RLock()
 	v := view{rv: s.rv}
 	v.candidates, v.index, v.indexed = s.indexes.collect(pred)
@@ -35,7 +36,7 @@ func (s *store) live(pred *predicate, paged bool) view {
 
 // cloneTree takes a copy-on-write clone of the store. Clone writes to the
 // source tree's bookkeeping, so concurrent readers take turns.
-func (s *store) cloneTree() *btree.BTreeG[*entry] {
+func (s *store) cloneTree() *btree.BTreeG[*held.Entry] {
 	s.cloneMu.Lock()
 	defer s.cloneMu.Unlock()
 	return s.tree.Clone()
@@ -43,19 +44,19 @@ func (s *store) cloneTree() *btree.BTreeG[*entry] {
 
 // selectLocked returns the entries pred selects in the live state, in key
 // order, and the index that chose them. The caller holds mu.
-func (s *store) selectLocked(pred *predicate) ([]*entry, string) {
+func (s *store) selectLocked(pred *held.Predicate) ([]*held.Entry, string) {
 	if cands, name, ok := s.indexes.candidates(pred); ok {
 		out := cands[:0]
 		for _, e := range cands {
-			if pred.matches(e) {
+			if pred.Matches(e) {
 				out = append(out, e)
 			}
 		}
 		return out, name
 	}
-	var out []*entry
-	name := s.scan(s.tree, pred, "", func(e *entry) bool {
-		if pred.matches(e) {
+	var out []*held.Entry
+	name := s.scan(s.tree, pred, "", func(e *held.Entry) bool {
+		if pred.Matches(e) {
 			out = append(out, e)
 		}
 		return true
@@ -66,22 +67,22 @@ func (s *store) selectLocked(pred *predicate) ([]*entry, string) {
 // scan walks the part of tree pred can match from startKey on: a namespace's
 // key range when the selection is confined to one, else everything. It
 // returns the name for the list metric.
-func (s *store) scan(tree *btree.BTreeG[*entry], pred *predicate, startKey string, fn func(*entry) bool) string {
+func (s *store) scan(tree *btree.BTreeG[*held.Entry], pred *held.Predicate, startKey string, fn func(*held.Entry) bool) string {
 	if s.inOneNamespace(pred) {
-		lo, hi := pred.ns+"/", pred.ns+"0" // '0' follows '/'
+		lo, hi := pred.NS+"/", pred.NS+"0" // '0' follows '/'
 		if startKey > lo {
 			lo = startKey
 		}
-		tree.AscendRange(&entry{key: lo}, &entry{key: hi}, fn)
+		tree.AscendRange(&held.Entry{Key: lo}, &held.Entry{Key: hi}, fn)
 		return "namespace"
 	}
-	tree.AscendGreaterOrEqual(&entry{key: startKey}, fn)
+	tree.AscendGreaterOrEqual(&held.Entry{Key: startKey}, fn)
 	return "all"
 }
 
 // inOneNamespace tells whether pred confines a selection to one namespace's
 // objects (a cluster-scoped resource has none).
-func (s *store) inOneNamespace(pred *predicate) bool { return pred.hasNS && s.namespaced }
+func (s *store) inOneNamespace(pred *held.Predicate) bool { return pred.HasNS && s.namespaced }
 
 // adviceBasisLocked is what index advice is priced from (advice.go): the
 // last commit, how many objects the store holds and the keys it indexes.

@@ -1,6 +1,10 @@
 package indexcache
 
-import "math"
+import (
+	"math"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+)
 
 // The store prices the routes the dispatcher registers watchers under (the
 // router itself reads only the events' entries, router.go): the index sizes
@@ -9,30 +13,30 @@ import "math"
 // routeLocked is where a watcher of p is most selective: the exact
 // requirement (indexed label or field), namespace or shard range that
 // selects the fewest objects today; else unindexed. The caller holds mu.
-func (s *store) routeLocked(p *predicate) route {
-	best, bestCost := route{kind: routeUnindexed}, math.Inf(1)
-	for _, r := range p.exact {
+func (s *store) routeLocked(p *held.Predicate) held.Route {
+	best, bestCost := held.Route{Kind: held.RouteUnindexed}, math.Inf(1)
+	for _, r := range p.Exact {
 		ix, _, ok := s.indexes.lookup(r)
 		if !ok {
 			continue
 		}
-		cand := route{kind: routeField, key: r.key, id: r.id, values: r.values}
-		if r.label {
-			cand.kind = routeLabel
+		cand := held.Route{Kind: held.RouteField, Key: r.Key, ID: r.ID, Values: r.Values}
+		if r.Label {
+			cand.Kind = held.RouteLabel
 		}
-		if cost := float64(ix.size(r.values)) + float64(len(r.values))/16; cost < bestCost {
+		if cost := float64(ix.size(r.Values)) + float64(len(r.Values))/16; cost < bestCost {
 			best, bestCost = cand, cost
 		}
 	}
 	if s.inOneNamespace(p) {
-		if cost := float64(s.indexes.namespaces[p.ns]) + 0.5; cost < bestCost {
-			best, bestCost = route{kind: routeNamespace, values: []string{p.ns}}, cost
+		if cost := float64(s.indexes.namespaces[p.NS]) + 0.5; cost < bestCost {
+			best, bestCost = held.Route{Kind: held.RouteNamespace, Values: []string{p.NS}}, cost
 		}
 	}
-	if len(p.shards) > 0 {
-		if cost := p.shardShare()*float64(s.tree.Len()) + 0.5; cost < bestCost {
-			best = route{kind: routeShard}
+	if len(p.Shards) > 0 {
+		if cost := p.ShardShare()*float64(s.tree.Len()) + 0.5; cost < bestCost {
+			best = held.Route{Kind: held.RouteShard}
 		}
 	}
-	return best.withName()
+	return best.WithName()
 }

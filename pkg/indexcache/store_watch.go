@@ -1,5 +1,9 @@
 package indexcache
 
+import (
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+)
+
 // A watch starts in two steps under mu (Cache.register, watch.go):
 // prepareWatchLocked reads, cheaply, what its initial events are made of;
 // sinceLocked, in the critical section that registers the watcher with the
@@ -14,7 +18,7 @@ type position struct{ seq, rv, generation uint64 }
 type watchStart struct {
 	at     position
 	state  view          // the index candidates, or a tree to scan (initial state)
-	replay []*storeEvent // the events after the watch's resourceVersion
+	replay []*held.Event // the events after the watch's resourceVersion
 }
 
 func (s *store) positionLocked() position {
@@ -27,7 +31,7 @@ func (s *store) positionLocked() position {
 // or a copy of the window's pointers after fromRV. It fails with 410 when
 // the window no longer reaches back to fromRV, or fromRV is of the history
 // upstream went back from. The caller holds mu, for reading or writing.
-func (s *store) prepareWatchLocked(pred *predicate, sendState bool, fromRV uint64) (watchStart, error) {
+func (s *store) prepareWatchLocked(pred *held.Predicate, sendState bool, fromRV uint64) (watchStart, error) {
 	if s.stopped {
 		return watchStart{}, errStopped(s.gr)
 	}
@@ -63,7 +67,7 @@ func (s *store) prepareWatchLocked(pred *predicate, sendState bool, fromRV uint6
 // meanwhile, or the window no longer reaches back to st (prepare again).
 // The caller holds mu for writing, and registers the watcher before it
 // releases it.
-func (s *store) sinceLocked(st watchStart) ([]*storeEvent, position, bool, error) {
+func (s *store) sinceLocked(st watchStart) ([]*held.Event, position, bool, error) {
 	if s.stopped {
 		return nil, position{}, false, errStopped(s.gr)
 	}

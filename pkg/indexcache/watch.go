@@ -3,6 +3,8 @@ package indexcache
 import (
 	"context"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -117,12 +119,12 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 			entries = sortCandidates(entries)
 		} else {
 			entries = nil
-			s.scan(v.tree, pred, "", func(e *entry) bool { entries = append(entries, e); return true })
+			s.scan(v.tree, pred, "", func(e *held.Entry) bool { entries = append(entries, e); return true })
 		}
 		initial = make([]watch.Event, 0, len(entries)+1)
 		initial = append(initial, pre...)
 		for _, e := range entries {
-			if pred.matches(e) {
+			if pred.Matches(e) {
 				// A wrapper per event (setters copy), the serializations
 				// kept with the entry.
 				initial = append(initial, watch.Event{Type: watch.Added, Object: c.object(e)})
@@ -163,7 +165,7 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 		skipTo = fromRV
 	}
 	for _, ev := range events {
-		if ev.rv <= skipTo {
+		if ev.RV() <= skipTo {
 			continue
 		}
 		if out, ok := w.convert(ev); ok {
@@ -184,9 +186,9 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 
 // chooseRouteLocked is where a watcher of p is registered: the route the
 // store prices cheapest. The caller holds store.mu.
-func (c *Cache) chooseRouteLocked(p *predicate) route {
+func (c *Cache) chooseRouteLocked(p *held.Predicate) held.Route {
 	if c.broadcast {
-		return route{kind: routeUnindexed}.withName()
+		return held.Route{Kind: held.RouteUnindexed}.WithName()
 	}
 	return c.store.routeLocked(p)
 }

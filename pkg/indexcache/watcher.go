@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -34,8 +36,8 @@ const (
 // is closed under sendMu, so no send ever hits a closed channel.
 type watcher struct {
 	d              *dispatcher
-	pred           *predicate
-	route          route // guarded by dispatcher.mu
+	pred           *held.Predicate
+	route          held.Route // guarded by dispatcher.mu
 	allowBookmarks bool
 	slot           uint64 // its bookmark slice is slot % dispatcher.bookmarkSlices
 	// The initial events (state or replay) cover every event up to
@@ -128,16 +130,16 @@ func (w *watcher) stop(why stopReason, sendHeld bool) {
 // convert turns a store event into what this watcher sees, as kube-apiserver
 // does: entering the selection is ADDED, leaving it DELETED (with the old
 // state and the event's resourceVersion), staying in it MODIFIED.
-func (w *watcher) convert(ev *storeEvent) (watch.Event, bool) {
-	oldIn := ev.prev != nil && w.pred.matches(ev.prev)
-	curIn := ev.typ != watch.Deleted && w.pred.matches(ev.cur)
+func (w *watcher) convert(ev *held.Event) (watch.Event, bool) {
+	oldIn := ev.Prev != nil && w.pred.Matches(ev.Prev)
+	curIn := ev.Type != watch.Deleted && w.pred.Matches(ev.Cur)
 	switch {
 	case curIn && oldIn:
-		return watch.Event{Type: watch.Modified, Object: ev.object(w.d.objs)}, true
+		return watch.Event{Type: watch.Modified, Object: ev.Object(w.d.objs)}, true
 	case curIn:
-		return watch.Event{Type: watch.Added, Object: ev.object(w.d.objs)}, true
+		return watch.Event{Type: watch.Added, Object: ev.Object(w.d.objs)}, true
 	case oldIn:
-		return watch.Event{Type: watch.Deleted, Object: ev.goneObject(w.d.objs)}, true
+		return watch.Event{Type: watch.Deleted, Object: ev.GoneObject(w.d.objs)}, true
 	}
 	return watch.Event{}, false
 }
