@@ -33,8 +33,8 @@ func adviceKeys(pred *held.Predicate) []advice.Key {
 // dispatcher's watchers that filter what an index would route away, and has
 // the tracker price them.
 func (c *Cache) sampleAdvice() []advice.Advice {
-	c.store.mu.RLock()
-	seq, total, indexed := c.store.adviceBasisLocked()
+	c.store.RLock()
+	seq, total, indexed := c.store.AdviceBasisLocked()
 	var ws []advice.Watcher
 	c.disp.each(func(w *watcher) {
 		if w.route.Kind != held.RouteUnindexed && w.route.Kind != held.RouteNamespace || len(w.pred.Exact) == 0 {
@@ -44,7 +44,7 @@ func (c *Cache) sampleAdvice() []advice.Advice {
 		if w.route.Kind == held.RouteNamespace {
 			aw.Share = 0
 			if total > 0 {
-				aw.Share = float64(c.store.namespaceObjectsLocked(w.route.Values[0])) / float64(total)
+				aw.Share = float64(c.store.NamespaceObjectsLocked(w.route.Values[0])) / float64(total)
 			}
 		}
 		for _, r := range w.pred.Exact {
@@ -56,7 +56,7 @@ func (c *Cache) sampleAdvice() []advice.Advice {
 			ws = append(ws, aw)
 		}
 	})
-	c.store.mu.RUnlock()
+	c.store.RUnlock()
 	return c.advice.Sample(seq, indexed, ws)
 }
 

@@ -407,7 +407,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("watch from a dropped rv: %v, want 410 too old resource version", err)
 	}
 	clk.Step(DefaultSnapshotRetention + time.Second)
-	c.store.expireHistory()
+	c.store.ExpireHistory()
 	if _, err := c.List(ctx, ListOptions{ResourceVersion: "10", ResourceVersionMatch: metav1.ResourceVersionMatchExact}); !errors.IsResourceExpired(err) {
 		t.Errorf("exact list of a dropped rv: %v, want 410", err)
 	}
@@ -689,9 +689,9 @@ func TestEventWindowRetention(t *testing.T) {
 		add(rv)
 	}
 	clk.Step(DefaultEventRetention + time.Second)
-	c.store.expireHistory()
+	c.store.ExpireHistory()
 	add(161)
-	if n := c.store.window.Len(); n != 151 {
+	if n := c.store.Window().Len(); n != 151 {
 		t.Fatalf("window holds %d events, want all 151", n)
 	}
 	if w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); err != nil {
@@ -705,7 +705,7 @@ func TestEventWindowRetention(t *testing.T) {
 	for rv := uint64(162); rv <= 400; rv++ { // full (200) from 210 on, it drops the stale burst, then grows (400)
 		add(rv)
 	}
-	if n, first := c.store.window.Len(), c.store.window.At(0).RV(); n != 240 || first != 161 {
+	if n, first := c.store.Window().Len(), c.store.Window().At(0).RV(); n != 240 || first != 161 {
 		t.Fatalf("window holds %d events from %d, want 240 from 161", n, first)
 	}
 	if w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); err != nil {

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/sharding"
@@ -16,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // Benchmarks of the costs DESIGN.md §9 cares about. Baselines run in the
@@ -277,7 +276,7 @@ func BenchmarkRoute(b *testing.B) {
 		// Updates of the first 1000 pods, prepared.
 		var evs []*held.Event
 		for i := 0; i < 1000; i++ {
-			prev, _ := c.store.tree.Get(&held.Entry{Key: objectKey(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i))})
+			prev, _ := c.store.Tree().Get(&held.Entry{Key: objectKey(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i))})
 			cur, err := c.newEntry(updated(templates(1, w), 0, 2))
 			if err != nil {
 				b.Fatal(err)

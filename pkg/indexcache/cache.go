@@ -8,12 +8,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/cachemetrics"
-
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/cachemetrics"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/store"
 )
 
 // Defaults for the zero values of Config.
@@ -28,8 +28,6 @@ const (
 	// housekeepingInterval paces snapshot expiry and the index size metrics,
 	// independently of how rarely bookmarks go out.
 	housekeepingInterval = 10 * time.Second
-	// maxSnapshots bounds the retained snapshots whatever their age.
-	maxSnapshots = 256
 	// Bookmarks go out in up to maxBookmarkSlices slices of the watchers, one
 	// slice at least every minBookmarkTick, so that each watcher still gets
 	// one per BookmarkInterval but 20,000 watchers opened together do not
@@ -44,7 +42,7 @@ const (
 // two types with one job each, as upstream's cacher splits its watchCache
 // from its Cacher:
 //
-//   - store (store*.go, index.go, snapshots.go): the current objects, their
+//   - store (package internal/store): the current objects, their
 //     indexes, the resourceVersion, the event window and the snapshots. The
 //     Reflector's writes (ingest.go) are committed there one at a time; a
 //     relist is built beside the state and swapped in whole. It answers
@@ -99,7 +97,7 @@ type Cache struct {
 	advice     *advice.Tracker // advice.go gathers for it
 
 	setMu sync.Mutex // one index change at a time
-	store *store
+	store *store.Store
 	disp  *dispatcher
 
 	statsMemo statsMemo // stats.go
@@ -167,16 +165,23 @@ func New(cfg Config) (*Cache, error) {
 	c.m = cachemetrics.NewMetrics(c.resource)
 	c.advice = advice.NewTracker(cfg.Clock, c.resource, housekeepingInterval)
 	c.disp = newDispatcher(&c.cfg, c.resource, objectMaker{c}, c.m)
-	c.store = newStore(&c.cfg, c.resource, alwaysIndexed, c.m, c.withRV, c.disp.handOff)
+	c.store = store.New(store.Config{
+		GroupResource:     cfg.GroupResource,
+		Namespaced:        cfg.Namespaced,
+		Clock:             cfg.Clock,
+		EventWindow:       cfg.EventWindow,
+		EventRetention:    cfg.EventRetention,
+		SnapshotRetention: cfg.SnapshotRetention,
+	}, c.resource, alwaysIndexed, c.m, c.withRV, c.disp.handOff)
 	c.disp.start()
 	return c, nil
 }
 
 // HasSynced tells whether the first list has been loaded.
-func (c *Cache) HasSynced() bool { return c.store.hasSynced() }
+func (c *Cache) HasSynced() bool { return c.store.HasSynced() }
 
 // ResourceVersion is the resourceVersion the cache has caught up to.
-func (c *Cache) ResourceVersion() uint64 { return c.store.resourceVersion() }
+func (c *Cache) ResourceVersion() uint64 { return c.store.ResourceVersion() }
 
 // Run sends bookmarks (one slice of the watchers per tick, each watcher
 // once per BookmarkInterval), and expires snapshots and refreshes the index
@@ -199,7 +204,7 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 			c.disp.requestBookmarks(slice)
 			slice = (slice + 1) % c.disp.bookmarkSlices
 		case <-housekeeping.C():
-			c.store.expireHistory()
+			c.store.ExpireHistory()
 			c.m.SetIndexValues(c.IndexStats()) // cardinality drifts with ingest
 			c.sampleAdvice()
 		}
@@ -211,7 +216,7 @@ func (c *Cache) Stop() {
 	c.stopOnce.Do(func() {
 		// Refuse new watchers first: one registering now is either in the
 		// dispatcher by the time the store is stopped, or sees it stopped.
-		c.store.stop()
+		c.store.Stop()
 		c.disp.stop()
 	})
 }
@@ -222,7 +227,7 @@ func (c *Cache) Get(ctx context.Context, namespace, name, resourceVersion string
 	if err := c.waitFresh(ctx, resourceVersion); err != nil {
 		return nil, err
 	}
-	e, ok := c.store.get(objectKey(namespace, name))
+	e, ok := c.store.Get(objectKey(namespace, name))
 	if !ok {
 		return nil, errors.NewNotFound(c.cfg.GroupResource, name)
 	}

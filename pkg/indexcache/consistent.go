@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
-
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // waitConsistent waits until the cache has every change upstream had when

@@ -42,7 +42,7 @@ func bookmarkNow(c *Cache) {
 }
 
 // housekeep runs the periodic snapshot expiry now.
-func housekeep(c *Cache) { c.store.expireHistory() }
+func housekeep(c *Cache) { c.store.ExpireHistory() }
 
 // newCacheWith is newTestCache with changes to the test config.
 func newCacheWith(t testing.TB, change func(*Config)) *Cache {

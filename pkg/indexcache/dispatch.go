@@ -3,10 +3,10 @@ package indexcache
 import (
 	"time"
 
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
-
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // dispatchQueue is how many committed changes may wait for dispatch before

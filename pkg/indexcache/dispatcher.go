@@ -4,12 +4,11 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/cachemetrics"
-
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
-
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/cachemetrics"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // dispatcher is the watchers' side of the cache, as upstream's Cacher is

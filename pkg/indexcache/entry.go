@@ -6,12 +6,11 @@ import (
 	"k8s.io/apimachinery/pkg/sharding"
 	"strconv"
 
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
-
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/shards"
 )
 

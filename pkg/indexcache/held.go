@@ -8,7 +8,7 @@ import (
 // (each version's serializations, or its compact form). It walks the
 // objects under the read lock: for status, now and then, not per request.
 func (c *Cache) Held() (objects int, bytes int64) {
-	objects = c.store.each(func(e *held.Entry) bool {
+	objects = c.store.Each(func(e *held.Entry) bool {
 		bytes += int64(e.Kept.Size())
 		return true
 	})

@@ -8,12 +8,13 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
-
 	"github.com/google/btree"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/store"
 )
 
 // continuePrefix is the key prefix continue tokens of a list across
@@ -54,7 +55,7 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 	}
 	startKey := ""
 	prefix := c.tokenPrefix(opts.Namespace)
-	var v view
+	var v store.View
 	switch {
 	case opts.Continue != "":
 		key, rv, err := storage.DecodeContinue(opts.Continue, prefix)
@@ -73,17 +74,17 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 			if err := c.waitConsistent(ctx); err != nil {
 				return nil, err
 			}
-			v = c.store.live(pred, opts.Limit > 0)
+			v = c.store.Live(pred, opts.Limit > 0)
 			break
 		}
-		if c.store.checkNotOldHistory(uint64(rv)) != nil {
+		if c.store.CheckNotOldHistory(uint64(rv)) != nil {
 			return nil, errContinueExpired(continuePrefix+startKey, prefix)
 		}
 		// A token from a replica that is ahead: wait to reach its state.
 		if err := c.waitFor(ctx, uint64(rv)); err != nil {
 			return nil, err
 		}
-		if v, err = c.store.stateAt(uint64(rv), pred); err != nil {
+		if v, err = c.store.StateAt(uint64(rv), pred); err != nil {
 			if isExpired(err) {
 				return nil, errContinueExpired(continuePrefix+startKey, prefix)
 			}
@@ -101,13 +102,13 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		if err != nil {
 			return nil, err
 		}
-		if err := c.store.checkNotOldHistory(rv); err != nil {
+		if err := c.store.CheckNotOldHistory(rv); err != nil {
 			return nil, err
 		}
 		if err := c.waitFor(ctx, rv); err != nil {
 			return nil, err
 		}
-		if v, err = c.store.stateAt(rv, pred); err != nil {
+		if v, err = c.store.StateAt(rv, pred); err != nil {
 			if isExpired(err) {
 				// kube-apiserver reads such a list from etcd, which
 				// answers this once the revision is compacted.
@@ -119,7 +120,7 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		if err := c.waitFresh(ctx, opts.ResourceVersion); err != nil {
 			return nil, err
 		}
-		v = c.store.live(pred, opts.Limit > 0)
+		v = c.store.Live(pred, opts.Limit > 0)
 	}
 	return c.page(v, pred, prefix, startKey, opts.Limit), nil
 }
@@ -157,8 +158,8 @@ func continueToken(key, prefix string, rv int64) (string, error) {
 
 // page selects one page from a view, from the index candidates when there
 // are some, else by scanning; its continue token is relative to prefix.
-func (c *Cache) page(v view, pred *held.Predicate, prefix, startKey string, limit int64) *ListResult {
-	res := &ListResult{ResourceVersion: v.rv}
+func (c *Cache) page(v store.View, pred *held.Predicate, prefix, startKey string, limit int64) *ListResult {
+	res := &ListResult{ResourceVersion: v.RV}
 	var matched []*held.Entry
 	collect := func(e *held.Entry) bool {
 		if !pred.Matches(e) {
@@ -167,12 +168,12 @@ func (c *Cache) page(v view, pred *held.Predicate, prefix, startKey string, limi
 		matched = append(matched, e)
 		return limit <= 0 || int64(len(matched)) < limit
 	}
-	if v.indexed {
-		res.Index = v.index
-		matched = firstMatches(v.candidates, pred, startKey, limit)
+	if v.Indexed {
+		res.Index = v.Index
+		matched = firstMatches(v.Candidates, pred, startKey, limit)
 	} else {
 		scanned := 0
-		res.Index = c.store.scan(v.tree, pred, startKey, func(e *held.Entry) bool { scanned++; return collect(e) })
+		res.Index = c.store.Scan(v.Tree, pred, startKey, func(e *held.Entry) bool { scanned++; return collect(e) })
 		c.advice.Scanned(adviceKeys(pred), scanned, len(matched))
 	}
 	c.m.List(res.Index)
@@ -184,11 +185,11 @@ func (c *Cache) page(v view, pred *held.Predicate, prefix, startKey string, limi
 	// when its scope (the namespace, or everything) has any object after
 	// the page's last, whether or not it matches: the continue token (and
 	// so the body) is kube-apiserver's.
-	if limit <= 0 || int64(len(matched)) < limit || !anyAfter(v.tree, prefix, matched[len(matched)-1].Key) {
+	if limit <= 0 || int64(len(matched)) < limit || !anyAfter(v.Tree, prefix, matched[len(matched)-1].Key) {
 		return res
 	}
 	next := matched[len(matched)-1].Key + "\x00"
-	token, err := continueToken(continuePrefix+next, prefix, int64(v.rv))
+	token, err := continueToken(continuePrefix+next, prefix, int64(v.RV))
 	if err != nil {
 		// Keys of a namespace's list always carry its prefix; nothing a
 		// client can cause.
@@ -196,17 +197,17 @@ func (c *Cache) page(v view, pred *held.Predicate, prefix, startKey string, limi
 	}
 	res.Continue = token
 	switch {
-	case pred.SelectsAll() && !c.store.inOneNamespace(pred) && startKey == "":
+	case pred.SelectsAll() && !c.store.InOneNamespace(pred) && startKey == "":
 		// The first page of everything holds the first len(matched)
 		// objects: the rest is the tree's size less those, no walk over
 		// them (a full LIST's first page of a million pods).
-		n := int64(v.tree.Len() - len(matched))
+		n := int64(v.Tree.Len() - len(matched))
 		res.RemainingItemCount = &n
 	case pred.SelectsAll():
 		// Like kube-apiserver, only for an unfiltered list (a namespace is
 		// not a filter): the rest of the range, counted.
 		n := int64(0)
-		c.store.scan(v.tree, pred, next, func(e *held.Entry) bool {
+		c.store.Scan(v.Tree, pred, next, func(e *held.Entry) bool {
 			if pred.Matches(e) {
 				n++
 			}
@@ -214,7 +215,7 @@ func (c *Cache) page(v view, pred *held.Predicate, prefix, startKey string, limi
 		})
 		res.RemainingItemCount = &n
 	}
-	c.store.keepSnapshot(v)
+	c.store.KeepSnapshot(v)
 	return res
 }
 
@@ -231,7 +232,7 @@ func firstMatches(cands []*held.Entry, pred *held.Predicate, startKey string, li
 				out = append(out, e)
 			}
 		}
-		return sortCandidates(out)
+		return store.SortCandidates(out)
 	}
 	h := &keyHeap{}
 	in := map[string]bool{}

@@ -153,9 +153,9 @@ func relistLoop(b *testing.B, c *Cache, stop <-chan struct{}) {
 			return
 		default:
 		}
-		c.store.ingestMu.Lock() // read the RV with no update landing in between
+		c.store.LockIngest() // read the RV with no update landing in between
 		rv := c.ResourceVersion()
-		c.store.ingestMu.Unlock()
+		c.store.UnlockIngest()
 		list[0] = updated(tpl, 0, rv)
 		if err := c.Ingest().Replace(list, strconv.FormatUint(rv, 10)); err != nil {
 			b.Error(err)

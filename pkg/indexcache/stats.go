@@ -4,9 +4,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
-
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // statsSample is how many objects the average size is taken from, and
@@ -36,7 +36,7 @@ func (c *Cache) Stats() storage.Stats {
 		return c.statsMemo.stats
 	}
 	var sampled, bytes int64
-	n := c.store.each(func(e *held.Entry) bool {
+	n := c.store.Each(func(e *held.Entry) bool {
 		if raw := e.Kept.First().Raw; len(raw) > 0 {
 			sampled++
 			bytes += int64(len(raw))

@@ -3,11 +3,12 @@ package indexcache
 import (
 	"context"
 
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
-
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/store"
 )
 
 // maxRegisterAttempts bounds how often a watch redoes its preparation
@@ -96,30 +97,30 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 // ingest the preparation, so it is the last resort.
 func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark bool, fromRV uint64, locked bool) (bool, error) {
 	s, pred := c.store, w.pred
-	lock, unlock := s.mu.RLock, s.mu.RUnlock
+	lock, unlock := s.RLock, s.RUnlock
 	if locked {
-		lock, unlock = s.mu.Lock, s.mu.Unlock
+		lock, unlock = s.Lock, s.Unlock
 	}
 	lock()
-	st, err := s.prepareWatchLocked(pred, sendState, fromRV)
+	st, err := s.PrepareWatchLocked(pred, sendState, fromRV)
 	if err != nil {
 		unlock()
 		return false, err
 	}
 	if !locked {
-		s.mu.RUnlock()
+		s.RUnlock()
 	}
-	at := st.at.rv
+	at := st.At.RV
 
 	initial := pre[:len(pre):len(pre)] // appends copy: pre serves every attempt
 	if sendState {
-		v := st.state
-		entries := v.candidates
-		if v.indexed {
-			entries = sortCandidates(entries)
+		v := st.State
+		entries := v.Candidates
+		if v.Indexed {
+			entries = store.SortCandidates(entries)
 		} else {
 			entries = nil
-			s.scan(v.tree, pred, "", func(e *held.Entry) bool { entries = append(entries, e); return true })
+			s.Scan(v.Tree, pred, "", func(e *held.Entry) bool { entries = append(entries, e); return true })
 		}
 		initial = make([]watch.Event, 0, len(entries)+1)
 		initial = append(initial, pre...)
@@ -130,11 +131,11 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 				initial = append(initial, watch.Event{Type: watch.Added, Object: c.object(e)})
 			}
 		}
-		if !v.indexed {
+		if !v.Indexed {
 			c.advice.Scanned(adviceKeys(pred), len(entries), len(initial))
 		}
 	}
-	for _, ev := range st.replay {
+	for _, ev := range st.Replay {
 		if out, ok := w.convert(ev); ok {
 			initial = append(initial, out)
 		}
@@ -150,10 +151,10 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 
 	// Complete with what was committed meanwhile, and register.
 	if !locked {
-		s.mu.Lock()
+		s.Lock()
 	}
-	defer s.mu.Unlock()
-	events, now, ok, err := s.sinceLocked(st)
+	defer s.Unlock()
+	events, now, ok, err := s.SinceLocked(st)
 	if !ok {
 		return false, err
 	}
@@ -172,11 +173,11 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 			initial = append(initial, out)
 		}
 	}
-	w.startSeq, w.generation = now.seq, now.generation
-	if fromRV > now.rv {
+	w.startSeq, w.generation = now.Seq, now.Generation
+	if fromRV > now.RV {
 		w.fromRV = fromRV
 	}
-	w.sentRV.Store(max(now.rv, fromRV))
+	w.sentRV.Store(max(now.RV, fromRV))
 	w.start(initial, c.cfg.WatchBuffer)
 	// Still under store.mu: the next event committed is after startSeq, and
 	// is handed off, so dispatched, only once w is registered.
@@ -190,7 +191,7 @@ func (c *Cache) chooseRouteLocked(p *held.Predicate) held.Route {
 	if c.broadcast {
 		return held.Route{Kind: held.RouteUnindexed}.WithName()
 	}
-	return c.store.routeLocked(p)
+	return c.store.RouteLocked(p)
 }
 
 // WatchFromState opens a consistent watch (ResourceVersion "" with

@@ -1,4 +1,4 @@
-package indexcache
+package store
 
 import (
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
@@ -15,27 +15,27 @@ import (
 // however often it is read. So what a snapshot pins is bounded by the
 // window's retention; unused ones are dropped sooner (SnapshotRetention).
 
-// stateAt returns the state at rv: a retained snapshot, the live state when
+// StateAt returns the state at rv: a retained snapshot, the live state when
 // rv is current, or the live state with the newer events undone; with the
 // index candidates of pred in it when an index applies. It fails with 410
 // when the event window no longer reaches back to rv. The caller has waited
 // for the cache to reach rv.
-func (s *store) stateAt(rv uint64, pred *held.Predicate) (view, error) {
+func (s *Store) StateAt(rv uint64, pred *held.Predicate) (View, error) {
 	now := s.clock.Now()
 	s.mu.RLock()
 	cur, oldest := s.rv, s.window.StartRV()
 	if rv < oldest || rv > cur {
 		s.mu.RUnlock()
 		s.snapshots.Drop(rv)
-		return view{}, errTooOldRV(rv, oldest)
+		return View{}, errTooOldRV(rv, oldest)
 	}
 	if tree, ok := s.snapshots.Get(rv, now); ok {
 		s.mu.RUnlock()
-		return s.candidatesAt(view{tree: tree, rv: rv}, pred), nil
+		return s.candidatesAt(View{Tree: tree, RV: rv}, pred), nil
 	}
 	if rv == cur {
-		v := view{tree: s.cloneTree(), rv: rv}
-		v.candidates, v.index, v.indexed = s.indexes.collect(pred)
+		v := View{Tree: s.cloneTree(), RV: rv}
+		v.Candidates, v.Index, v.Indexed = s.indexes.collect(pred)
 		s.mu.RUnlock()
 		return v, nil
 	}
@@ -52,7 +52,7 @@ func (s *store) stateAt(rv uint64, pred *held.Predicate) (view, error) {
 		}
 	}
 	s.snapshots.Add(rv, tree, now)
-	return s.candidatesAt(view{tree: tree, rv: rv}, pred), nil
+	return s.candidatesAt(View{Tree: tree, RV: rv}, pred), nil
 }
 
 // candidatesAt adds to v (a past state's tree) the candidates an index
@@ -61,12 +61,12 @@ func (s *store) stateAt(rv uint64, pred *held.Predicate) (view, error) {
 // what the first did plus the changes since, and nothing is kept per
 // selector. v is returned as it is when no index applies or the window no
 // longer reaches v.rv (then the tree is scanned).
-func (s *store) candidatesAt(v view, pred *held.Predicate) view {
+func (s *Store) candidatesAt(v View, pred *held.Predicate) View {
 	s.mu.RLock()
 	live, name, ok := s.indexes.collect(pred)
 	var events []*held.Event
 	if ok {
-		events, ok = s.window.Since(v.rv)
+		events, ok = s.window.Since(v.RV)
 	}
 	s.mu.RUnlock()
 	if !ok {
@@ -83,24 +83,24 @@ func (s *store) candidatesAt(v view, pred *held.Predicate) view {
 		}
 	}
 	for k := range changed {
-		if e, found := v.tree.Get(&held.Entry{Key: k}); found {
+		if e, found := v.Tree.Get(&held.Entry{Key: k}); found {
 			out = append(out, e)
 		}
 	}
-	v.candidates, v.index, v.indexed = out, name, true
+	v.Candidates, v.Index, v.Indexed = out, name, true
 	return v
 }
 
-// keepSnapshot retains the view a page was cut from, so the continue token
+// KeepSnapshot retains the view a page was cut from, so the continue token
 // finds it.
-func (s *store) keepSnapshot(v view) {
-	s.snapshots.Add(v.rv, v.tree, s.clock.Now())
+func (s *Store) KeepSnapshot(v View) {
+	s.snapshots.Add(v.RV, v.Tree, s.clock.Now())
 }
 
-// expireHistory drops the snapshots the window no longer reaches, and the
+// ExpireHistory drops the snapshots the window no longer reaches, and the
 // unused ones. (Events leave the window only when new ones push them out,
 // as from kube-apiserver's watch cache.)
-func (s *store) expireHistory() {
+func (s *Store) ExpireHistory() {
 	now := s.clock.Now()
 	s.mu.RLock()
 	oldest := s.window.StartRV()

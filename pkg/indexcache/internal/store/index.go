@@ -1,9 +1,11 @@
-package indexcache
+package store
 
 import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/cachemetrics"
 
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 
@@ -51,11 +53,11 @@ type fieldIndex struct {
 	values valueIndex
 }
 
-// indexSet holds the LIST indexes and the namespace population. The set of
+// IndexSet holds the LIST indexes and the namespace population. The set of
 // indexes is replaced as a whole when the policy changes (SetIndexes), so
 // readers never see a half-built one; the indexes themselves are updated in
 // place under store.mu.
-type indexSet struct {
+type IndexSet struct {
 	labels map[string]*labelIndex
 	fields map[int]*fieldIndex // by field ordinal
 	// namespaces counts objects per namespace: namespace lists scan the key
@@ -63,13 +65,46 @@ type indexSet struct {
 	namespaces map[string]int
 }
 
-func newIndexSet() *indexSet {
-	return &indexSet{labels: map[string]*labelIndex{}, fields: map[int]*fieldIndex{}, namespaces: map[string]int{}}
+func newIndexSet() *IndexSet {
+	return &IndexSet{labels: map[string]*labelIndex{}, fields: map[int]*fieldIndex{}, namespaces: map[string]int{}}
 }
+
+// Plan returns the next index set, sharing the indexes cur already has,
+// and the set of those that must be built (the same index objects).
+// fieldPaths, the always-indexed first, are numbered by fieldIDs.
+func (cur *IndexSet) Plan(labelKeys, fieldPaths []string, fieldIDs map[string]int) (next, built *IndexSet) {
+	next = &IndexSet{labels: map[string]*labelIndex{}, fields: map[int]*fieldIndex{}, namespaces: cur.namespaces}
+	// built counts namespaces in a map of its own: only its indexes matter.
+	built = newIndexSet()
+	for _, k := range labelKeys {
+		if ix, ok := cur.labels[k]; ok {
+			next.labels[k] = ix
+			continue
+		}
+		ix := &labelIndex{key: k, values: valueIndex{}}
+		next.labels[k], built.labels[k] = ix, ix
+	}
+	for _, f := range fieldPaths {
+		id := fieldIDs[f]
+		if _, ok := next.fields[id]; ok {
+			continue
+		}
+		if ix, ok := cur.fields[id]; ok {
+			next.fields[id] = ix
+			continue
+		}
+		ix := &fieldIndex{path: f, values: valueIndex{}}
+		next.fields[id], built.fields[id] = ix, ix
+	}
+	return next, built
+}
+
+// Len is how many label and field indexes the set has.
+func (s *IndexSet) Len() int { return len(s.labels) + len(s.fields) }
 
 // emptyCopy returns an index set with the same label and field indexes,
 // all empty.
-func (s *indexSet) emptyCopy() *indexSet {
+func (s *IndexSet) emptyCopy() *IndexSet {
 	out := newIndexSet()
 	for k, ix := range s.labels {
 		out.labels[k] = &labelIndex{key: ix.key, values: valueIndex{}}
@@ -81,7 +116,7 @@ func (s *indexSet) emptyCopy() *indexSet {
 }
 
 // lookup returns the index answering an exact requirement, if there is one.
-func (s *indexSet) lookup(r held.ExactReq) (valueIndex, string, bool) {
+func (s *IndexSet) lookup(r held.ExactReq) (valueIndex, string, bool) {
 	if r.Label {
 		if ix, ok := s.labels[r.Key]; ok {
 			return ix.values, indexname.Label(r.Key), true
@@ -94,9 +129,9 @@ func (s *indexSet) lookup(r held.ExactReq) (valueIndex, string, bool) {
 	return nil, "", false
 }
 
-// update moves an entry between buckets; old or new may be nil. Values an
+// Update moves an entry between buckets; old or new may be nil. Values an
 // update keeps need nothing: the bucket holds the key's cell.
-func (s *indexSet) update(old, new *held.Entry) {
+func (s *IndexSet) Update(old, new *held.Entry) {
 	for key, ix := range s.labels {
 		var ov, nv string
 		var oldHas, newHas bool
@@ -163,10 +198,10 @@ func sameValues(a, b []string) bool {
 // candidates returns, sorted by key, the entries that satisfy every exact
 // requirement an index can answer (see collect); ok is false when no index
 // applies. The caller still applies the full predicate.
-func (s *indexSet) candidates(p *held.Predicate) (out []*held.Entry, name string, ok bool) {
+func (s *IndexSet) candidates(p *held.Predicate) (out []*held.Entry, name string, ok bool) {
 	out, name, ok = s.collect(p)
 	if ok {
-		out = sortCandidates(out)
+		out = SortCandidates(out)
 	}
 	return out, name, ok
 }
@@ -176,7 +211,7 @@ func (s *indexSet) candidates(p *held.Predicate) (out []*held.Entry, name string
 // smallest candidate set and probing the others: one pointer copy per
 // candidate, so that readers hold the lock for no more, and sort after
 // releasing it (sortCandidates).
-func (s *indexSet) collect(p *held.Predicate) (out []*held.Entry, name string, ok bool) {
+func (s *IndexSet) collect(p *held.Predicate) (out []*held.Entry, name string, ok bool) {
 	type set struct {
 		name   string
 		ix     valueIndex
@@ -212,13 +247,13 @@ func (s *indexSet) collect(p *held.Predicate) (out []*held.Entry, name string, o
 }
 
 // sortingCandidates is called as candidates are sorted (tests).
-var sortingCandidates = func() {}
+var SortingCandidates = func() {}
 
-// sortCandidates puts collected candidates in key order. Distinct values
+// SortCandidates puts collected candidates in key order. Distinct values
 // select disjoint buckets for labels (one value per key), but a
 // multi-valued field may put an entry under several of them.
-func sortCandidates(out []*held.Entry) []*held.Entry {
-	sortingCandidates()
+func SortCandidates(out []*held.Entry) []*held.Entry {
+	SortingCandidates()
 	slices.SortFunc(out, func(a, b *held.Entry) int { return strings.Compare(a.Key, b.Key) })
 	return dedupeSorted(out)
 }
@@ -245,13 +280,13 @@ func dedupeSorted(es []*held.Entry) []*held.Entry {
 	return out
 }
 
-// stats reports each label and field index, for IndexPolicy status and
+// Stats reports each label and field index, for IndexPolicy status and
 // metrics. EstimatedBytes counts map slots and keys; values and objects are
 // shared with the store.
-func (s *indexSet) stats() []IndexStat {
-	var out []IndexStat
+func (s *IndexSet) Stats() []cachemetrics.IndexStat {
+	var out []cachemetrics.IndexStat
 	add := func(name string, ix valueIndex) {
-		st := IndexStat{Name: name, Values: len(ix)}
+		st := cachemetrics.IndexStat{Name: name, Values: len(ix)}
 		for v, b := range ix {
 			st.Objects += len(b)
 			st.EstimatedBytes += int64(len(v)) + 64 + int64(len(b))*40

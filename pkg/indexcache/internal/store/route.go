@@ -1,4 +1,4 @@
-package indexcache
+package store
 
 import (
 	"math"
@@ -7,13 +7,13 @@ import (
 )
 
 // The store prices the routes the dispatcher registers watchers under (the
-// router itself reads only the events' entries, router.go): the index sizes
+// router itself reads only the events' entries, package dispatch): the index sizes
 // it knows make one route cheaper than another.
 
-// routeLocked is where a watcher of p is most selective: the exact
+// RouteLocked is where a watcher of p is most selective: the exact
 // requirement (indexed label or field), namespace or shard range that
 // selects the fewest objects today; else unindexed. The caller holds mu.
-func (s *store) routeLocked(p *held.Predicate) held.Route {
+func (s *Store) RouteLocked(p *held.Predicate) held.Route {
 	best, bestCost := held.Route{Kind: held.RouteUnindexed}, math.Inf(1)
 	for _, r := range p.Exact {
 		ix, _, ok := s.indexes.lookup(r)
@@ -28,7 +28,7 @@ func (s *store) routeLocked(p *held.Predicate) held.Route {
 			best, bestCost = cand, cost
 		}
 	}
-	if s.inOneNamespace(p) {
+	if s.InOneNamespace(p) {
 		if cost := float64(s.indexes.namespaces[p.NS]) + 0.5; cost < bestCost {
 			best, bestCost = held.Route{Kind: held.RouteNamespace, Values: []string{p.NS}}, cost
 		}

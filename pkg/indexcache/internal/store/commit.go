@@ -1,18 +1,19 @@
-package indexcache
+package store
 
 import (
 	"github.com/google/btree"
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // The store's writes: each takes ingestMu, commits under mu, then hands
 // what it committed to the dispatcher (still under ingestMu, so in order).
 
-// apply commits one watch event from upstream: e, the object's new state
+// Apply commits one watch event from upstream: e, the object's new state
 // (deleted: its final one).
-func (s *store) apply(e *held.Entry, deleted bool) {
+func (s *Store) Apply(e *held.Entry, deleted bool) {
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
 	// This event is newer news of its key than a tombstone waiting for it;
@@ -49,9 +50,9 @@ func (s *store) apply(e *held.Entry, deleted bool) {
 	s.handOff(held.Committed{Event: ev})
 }
 
-// advanceTo advances the resourceVersion to rv without an event: upstream
+// AdvanceTo advances the resourceVersion to rv without an event: upstream
 // proved nothing happened up to it.
-func (s *store) advanceTo(rv uint64) {
+func (s *Store) AdvanceTo(rv uint64) {
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
 	s.settleTombstones(rv)
@@ -63,9 +64,9 @@ func (s *store) advanceTo(rv uint64) {
 	}
 }
 
-// tombstone takes a deletion of key whose final state and resourceVersion
+// Tombstone takes a deletion of key whose final state and resourceVersion
 // are unknown (addTombstone).
-func (s *store) tombstone(key string) {
+func (s *Store) Tombstone(key string) {
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
 	s.addTombstone(key)
@@ -80,7 +81,7 @@ func (s *store) tombstone(key string) {
 // the first resourceVersion upstream shows to be free of this resource's
 // events (settleTombstones); until then the object stays, as it was before
 // the tombstone came. The caller holds ingestMu.
-func (s *store) addTombstone(key string) {
+func (s *Store) addTombstone(key string) {
 	for _, k := range s.tombstones {
 		if k == key {
 			return
@@ -91,7 +92,7 @@ func (s *store) addTombstone(key string) {
 
 // dropTombstone forgets a waiting tombstone of key. The caller holds
 // ingestMu.
-func (s *store) dropTombstone(key string) {
+func (s *Store) dropTombstone(key string) {
 	for i, k := range s.tombstones {
 		if k == key {
 			s.tombstones = append(s.tombstones[:i], s.tombstones[i+1:]...)
@@ -105,7 +106,7 @@ func (s *store) dropTombstone(key string) {
 // progress notification at N proves none of this resource's events falls
 // in (rv, N], an event at N none in (rv, N). The caller holds ingestMu and
 // not mu.
-func (s *store) settleTombstones(upTo uint64) {
+func (s *Store) settleTombstones(upTo uint64) {
 	for len(s.tombstones) > 0 {
 		s.mu.Lock()
 		rv := s.rv + 1
@@ -131,10 +132,10 @@ func (s *store) settleTombstones(upTo uint64) {
 
 // commitLocked applies ev to the tree, the indexes and the event window.
 // The caller holds ingestMu and mu, and hands ev off once it releases mu.
-func (s *store) commitLocked(ev *held.Event) {
+func (s *Store) commitLocked(ev *held.Event) {
 	if ev.Type == watch.Deleted {
 		s.tree.Delete(ev.Prev)
-		s.indexes.update(ev.Prev, nil)
+		s.indexes.Update(ev.Prev, nil)
 	} else {
 		if ev.Prev != nil {
 			ev.Cur.Cell = ev.Prev.Cell
@@ -143,7 +144,7 @@ func (s *store) commitLocked(ev *held.Event) {
 		}
 		ev.Cur.Cell.E = ev.Cur
 		s.tree.ReplaceOrInsert(ev.Cur)
-		s.indexes.update(ev.Prev, ev.Cur)
+		s.indexes.Update(ev.Prev, ev.Cur)
 	}
 	s.seq++
 	ev.Commit(s.seq, s.clock.Now())
@@ -151,10 +152,10 @@ func (s *store) commitLocked(ev *held.Event) {
 	s.setRVLocked(ev.RV())
 }
 
-// replace swaps in tree, a full list at listRV built beside the live state
-// (see ingest.Replace for why a relist is no events), unless the store
+// Replace swaps in tree, a full list at listRV built beside the live state
+// (see the Cache's ingest.Replace for why a relist is no events), unless the store
 // already holds that very state.
-func (s *store) replace(tree *btree.BTreeG[*held.Entry], listRV uint64) {
+func (s *Store) Replace(tree *btree.BTreeG[*held.Entry], listRV uint64) {
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
 	s.tombstones = nil // the list says what exists
@@ -167,7 +168,7 @@ func (s *store) replace(tree *btree.BTreeG[*held.Entry], listRV uint64) {
 		return
 	}
 	indexes := defs.emptyCopy()
-	tree.Ascend(func(e *held.Entry) bool { indexes.update(nil, e); return true })
+	tree.Ascend(func(e *held.Entry) bool { indexes.Update(nil, e); return true })
 
 	s.mu.Lock()
 	rv := listRV
@@ -194,7 +195,7 @@ func (s *store) replace(tree *btree.BTreeG[*held.Entry], listRV uint64) {
 	// once they have had the events handed off before the relist. The ones
 	// that register from now on start after it.
 	gen := s.generation
-	n, stats := s.tree.Len(), s.indexes.stats()
+	n, stats := s.tree.Len(), s.indexes.Stats()
 	s.mu.Unlock()
 	// The state at rv itself may have changed (a relist at the store's
 	// resourceVersion): a snapshot taken there before is not it any more.

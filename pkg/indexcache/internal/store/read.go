@@ -1,4 +1,4 @@
-package indexcache
+package store
 
 import (
 	"github.com/google/btree"
@@ -10,25 +10,25 @@ import (
 // The store's reads: the live state, and the walks over a state's tree.
 // Past states are in snapshots.go.
 
-// view is a consistent state to list from: a copy-on-write tree, and when
+// View is a consistent state to list from: a copy-on-write tree, and when
 // an index applied, the candidates it chose at the same resourceVersion.
-type view struct {
-	tree       *btree.BTreeG[*held.Entry]
-	rv         uint64
-	indexed    bool
-	candidates []*held.Entry
-	index      string
+type View struct {
+	Tree       *btree.BTreeG[*held.Entry]
+	RV         uint64
+	Indexed    bool
+	Candidates []*held.Entry
+	Index      string
 }
 
-// live is the current state. The index candidates are collected under the
+// Live is the current state. The index candidates are collected under the
 // read lock (a page picks its own from them, page); the tree is cloned (O(1), copy-on-write)
 // only when a scan or a later page may need it.
-func (s *store) live(pred *held.Predicate, paged bool) view {
+func (s *Store) Live(pred *held.Predicate, paged bool) View {
 	s.mu.RLock()
-	v := view{rv: s.rv}
-	v.candidates, v.index, v.indexed = s.indexes.collect(pred)
-	if !v.indexed || paged {
-		v.tree = s.cloneTree()
+	v := View{RV: s.rv}
+	v.Candidates, v.Index, v.Indexed = s.indexes.collect(pred)
+	if !v.Indexed || paged {
+		v.Tree = s.cloneTree()
 	}
 	s.mu.RUnlock()
 	return v
@@ -36,7 +36,7 @@ func (s *store) live(pred *held.Predicate, paged bool) view {
 
 // cloneTree takes a copy-on-write clone of the store. Clone writes to the
 // source tree's bookkeeping, so concurrent readers take turns.
-func (s *store) cloneTree() *btree.BTreeG[*held.Entry] {
+func (s *Store) cloneTree() *btree.BTreeG[*held.Entry] {
 	s.cloneMu.Lock()
 	defer s.cloneMu.Unlock()
 	return s.tree.Clone()
@@ -44,7 +44,7 @@ func (s *store) cloneTree() *btree.BTreeG[*held.Entry] {
 
 // selectLocked returns the entries pred selects in the live state, in key
 // order, and the index that chose them. The caller holds mu.
-func (s *store) selectLocked(pred *held.Predicate) ([]*held.Entry, string) {
+func (s *Store) selectLocked(pred *held.Predicate) ([]*held.Entry, string) {
 	if cands, name, ok := s.indexes.candidates(pred); ok {
 		out := cands[:0]
 		for _, e := range cands {
@@ -55,7 +55,7 @@ func (s *store) selectLocked(pred *held.Predicate) ([]*held.Entry, string) {
 		return out, name
 	}
 	var out []*held.Entry
-	name := s.scan(s.tree, pred, "", func(e *held.Entry) bool {
+	name := s.Scan(s.tree, pred, "", func(e *held.Entry) bool {
 		if pred.Matches(e) {
 			out = append(out, e)
 		}
@@ -64,11 +64,11 @@ func (s *store) selectLocked(pred *held.Predicate) ([]*held.Entry, string) {
 	return out, name
 }
 
-// scan walks the part of tree pred can match from startKey on: a namespace's
+// Scan walks the part of tree pred can match from startKey on: a namespace's
 // key range when the selection is confined to one, else everything. It
 // returns the name for the list metric.
-func (s *store) scan(tree *btree.BTreeG[*held.Entry], pred *held.Predicate, startKey string, fn func(*held.Entry) bool) string {
-	if s.inOneNamespace(pred) {
+func (s *Store) Scan(tree *btree.BTreeG[*held.Entry], pred *held.Predicate, startKey string, fn func(*held.Entry) bool) string {
+	if s.InOneNamespace(pred) {
 		lo, hi := pred.NS+"/", pred.NS+"0" // '0' follows '/'
 		if startKey > lo {
 			lo = startKey
@@ -80,14 +80,14 @@ func (s *store) scan(tree *btree.BTreeG[*held.Entry], pred *held.Predicate, star
 	return "all"
 }
 
-// inOneNamespace tells whether pred confines a selection to one namespace's
+// InOneNamespace tells whether pred confines a selection to one namespace's
 // objects (a cluster-scoped resource has none).
-func (s *store) inOneNamespace(pred *held.Predicate) bool { return pred.HasNS && s.namespaced }
+func (s *Store) InOneNamespace(pred *held.Predicate) bool { return pred.HasNS && s.namespaced }
 
-// adviceBasisLocked is what index advice is priced from (advice.go): the
+// AdviceBasisLocked is what index advice is priced from (the Cache's advice.go): the
 // last commit, how many objects the store holds and the keys it indexes.
 // The caller holds mu.
-func (s *store) adviceBasisLocked() (seq uint64, objects int, indexed map[advice.Key]bool) {
+func (s *Store) AdviceBasisLocked() (seq uint64, objects int, indexed map[advice.Key]bool) {
 	indexed = map[advice.Key]bool{}
 	for k := range s.indexes.labels {
 		indexed[advice.Key{Label: true, Key: k}] = true
@@ -98,8 +98,8 @@ func (s *store) adviceBasisLocked() (seq uint64, objects int, indexed map[advice
 	return s.seq, s.tree.Len(), indexed
 }
 
-// namespaceObjectsLocked is how many objects namespace holds. The caller
+// NamespaceObjectsLocked is how many objects namespace holds. The caller
 // holds mu.
-func (s *store) namespaceObjectsLocked(namespace string) int {
+func (s *Store) NamespaceObjectsLocked(namespace string) int {
 	return s.indexes.namespaces[namespace]
 }
