@@ -2,6 +2,7 @@ package indexcache
 
 import (
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/dispatch"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
@@ -36,18 +37,18 @@ func (c *Cache) sampleAdvice() []advice.Advice {
 	c.store.RLock()
 	seq, total, indexed := c.store.AdviceBasisLocked()
 	var ws []advice.Watcher
-	c.disp.each(func(w *watcher) {
-		if w.route.Kind != held.RouteUnindexed && w.route.Kind != held.RouteNamespace || len(w.pred.Exact) == 0 {
+	c.disp.Each(func(w *dispatch.Watcher) {
+		if w.Route.Kind != held.RouteUnindexed && w.Route.Kind != held.RouteNamespace || len(w.Pred.Exact) == 0 {
 			return
 		}
-		aw := advice.Watcher{Share: 1, StartSeq: w.startSeq}
-		if w.route.Kind == held.RouteNamespace {
+		aw := advice.Watcher{Share: 1, StartSeq: w.StartSeq}
+		if w.Route.Kind == held.RouteNamespace {
 			aw.Share = 0
 			if total > 0 {
-				aw.Share = float64(c.store.NamespaceObjectsLocked(w.route.Values[0])) / float64(total)
+				aw.Share = float64(c.store.NamespaceObjectsLocked(w.Route.Values[0])) / float64(total)
 			}
 		}
-		for _, r := range w.pred.Exact {
+		for _, r := range w.Pred.Exact {
 			if k := (advice.Key{Label: r.Label, Key: r.Key}); !indexed[k] {
 				aw.Keys = append(aw.Keys, k)
 			}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/dispatch"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
@@ -284,18 +285,15 @@ func BenchmarkRoute(b *testing.B) {
 			cur.Key, cur.Labels = prev.Key, prev.Labels
 			evs = append(evs, held.NewEvent(watch.Modified, prev, cur, 2))
 		}
-		var cands []*watcher
+		var cands []*dispatch.Watcher
 		delivered := 0
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			ev := evs[i%len(evs)]
-			c.disp.mu.Lock()
-			c.disp.epoch++
-			cands = c.disp.router.candidates(ev.Prev, ev.Cur, c.disp.epoch, cands[:0])
-			c.disp.mu.Unlock()
+			cands = c.disp.Candidates(ev.Prev, ev.Cur, cands[:0])
 			for _, wt := range cands {
-				if _, ok := wt.convert(ev); ok {
+				if _, ok := wt.Convert(ev); ok {
 					delivered++
 				}
 			}

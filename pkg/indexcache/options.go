@@ -5,12 +5,14 @@
 // registry reads from it with List, Get and Watch. It knows nothing about HTTP.
 // Errors it returns are apimachinery StatusErrors, ready to hand to a client.
 //
-// Within the package the cache is two types behind the Cache façade, as
-// upstream's cacher splits its watchCache from its Cacher: the store (the
-// objects, indexes, event window and snapshots) and the dispatcher (the
-// watchers, routing, delivery and bookmarks), coupled only by the hand-off
-// of committed changes in resourceVersion order (handoff.go; cache.go has
-// the locks).
+// The cache is two types behind the Cache façade, each in a package of its
+// own under internal/, as upstream's cacher splits its watchCache from its
+// Cacher: store (the objects, indexes, event window and snapshots) and
+// dispatch (the watchers, routing, delivery and bookmarks). Neither imports
+// the other: they share held (entries, Objects, events, predicates, routes)
+// and cachemetrics, and are coupled only by the hand-off of committed
+// changes in resourceVersion order (held.Committed; cache.go has the
+// locks).
 //
 // Jobs that need none of the cache's state live in rooms of their own:
 // advice (what a missing index costs), history (the event window and the

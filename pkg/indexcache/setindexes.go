@@ -27,7 +27,7 @@ func (c *Cache) SetIndexes(labelKeys, fieldPaths []string) error {
 	c.setMu.Lock()
 	defer c.setMu.Unlock()
 	// Run by the store under its lock once the new set is live.
-	rehome := func() { c.disp.rehome(c.chooseRouteLocked) }
+	rehome := func() { c.disp.Rehome(c.chooseRouteLocked) }
 	for {
 		cur, at, tree := c.store.IndexBase()
 

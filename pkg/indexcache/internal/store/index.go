@@ -56,7 +56,7 @@ type fieldIndex struct {
 // IndexSet holds the LIST indexes and the namespace population. The set of
 // indexes is replaced as a whole when the policy changes (SetIndexes), so
 // readers never see a half-built one; the indexes themselves are updated in
-// place under store.mu.
+// place under Store.mu.
 type IndexSet struct {
 	labels map[string]*labelIndex
 	fields map[int]*fieldIndex // by field ordinal

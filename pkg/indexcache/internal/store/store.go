@@ -166,7 +166,7 @@ func (s *Store) RUnlock() { s.mu.RUnlock() }
 func (s *Store) Lock()    { s.mu.Lock() }
 func (s *Store) Unlock()  { s.mu.Unlock() }
 
-// Stop refuses new watchers (prepareWatchLocked, sinceLocked).
+// Stop refuses new watchers (PrepareWatchLocked, SinceLocked).
 func (s *Store) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -5,8 +5,8 @@ import (
 )
 
 // A watch starts in two steps under mu (the Cache's register):
-// prepareWatchLocked reads, cheaply, what its initial events are made of;
-// sinceLocked, in the critical section that registers the watcher with the
+// PrepareWatchLocked reads, cheaply, what its initial events are made of;
+// SinceLocked, in the critical section that registers the watcher with the
 // dispatcher, adds what was committed meanwhile. Events committed after
 // that are the dispatcher's to deliver.
 

@@ -1,11 +1,11 @@
-package indexcache
+package dispatch
 
 import (
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/shards"
 )
 
-type watcherSet map[*watcher]struct{}
+type watcherSet map[*Watcher]struct{}
 
 // router finds the watchers an event may concern. Each watcher sits in one
 // index; an event looks up the buckets its old and new values hit in every
@@ -15,8 +15,8 @@ type router struct {
 	namespaces map[string]watcherSet
 	labels     map[string]map[string]watcherSet // label key -> value -> watchers
 	fields     map[int]map[string]watcherSet    // field ordinal -> value -> watchers
-	uidShards  *shards.Index[*watcher]
-	nsShards   *shards.Index[*watcher]
+	uidShards  *shards.Index[*Watcher]
+	nsShards   *shards.Index[*Watcher]
 	unindexed  watcherSet
 	all        watcherSet
 	perIndex   map[string]int // watchers by route name, for metrics
@@ -28,85 +28,85 @@ func newRouter() *router {
 		namespaces: map[string]watcherSet{},
 		labels:     map[string]map[string]watcherSet{},
 		fields:     map[int]map[string]watcherSet{},
-		uidShards:  shards.NewIndex[*watcher](),
-		nsShards:   shards.NewIndex[*watcher](),
+		uidShards:  shards.NewIndex[*Watcher](),
+		nsShards:   shards.NewIndex[*Watcher](),
 		unindexed:  watcherSet{},
 		all:        watcherSet{},
 		perIndex:   map[string]int{},
 	}
 }
 
-func addTo(m map[string]watcherSet, v string, w *watcher) {
+func addTo(m map[string]watcherSet, v string, w *Watcher) {
 	if m[v] == nil {
 		m[v] = watcherSet{}
 	}
 	m[v][w] = struct{}{}
 }
 
-func removeFrom(m map[string]watcherSet, v string, w *watcher) {
+func removeFrom(m map[string]watcherSet, v string, w *Watcher) {
 	delete(m[v], w)
 	if len(m[v]) == 0 {
 		delete(m, v)
 	}
 }
 
-func (r *router) add(w *watcher) {
+func (r *router) add(w *Watcher) {
 	r.all[w] = struct{}{}
-	r.perIndex[w.route.Name]++
-	if len(w.pred.Shards) > 0 {
+	r.perIndex[w.Route.Name]++
+	if len(w.Pred.Shards) > 0 {
 		r.sharded++
 	}
-	switch w.route.Kind {
+	switch w.Route.Kind {
 	case held.RouteNamespace:
-		addTo(r.namespaces, w.route.Values[0], w)
+		addTo(r.namespaces, w.Route.Values[0], w)
 	case held.RouteLabel:
-		if r.labels[w.route.Key] == nil {
-			r.labels[w.route.Key] = map[string]watcherSet{}
+		if r.labels[w.Route.Key] == nil {
+			r.labels[w.Route.Key] = map[string]watcherSet{}
 		}
-		for _, v := range w.route.Values {
-			addTo(r.labels[w.route.Key], v, w)
+		for _, v := range w.Route.Values {
+			addTo(r.labels[w.Route.Key], v, w)
 		}
 	case held.RouteField:
-		if r.fields[w.route.ID] == nil {
-			r.fields[w.route.ID] = map[string]watcherSet{}
+		if r.fields[w.Route.ID] == nil {
+			r.fields[w.Route.ID] = map[string]watcherSet{}
 		}
-		for _, v := range w.route.Values {
-			addTo(r.fields[w.route.ID], v, w)
+		for _, v := range w.Route.Values {
+			addTo(r.fields[w.Route.ID], v, w)
 		}
 	case held.RouteShard:
-		r.shardIndex(w).Add(w, w.pred.Shards)
+		r.shardIndex(w).Add(w, w.Pred.Shards)
 	default:
 		r.unindexed[w] = struct{}{}
 	}
 }
 
-func (r *router) remove(w *watcher) {
+func (r *router) remove(w *Watcher) {
 	if _, ok := r.all[w]; !ok {
 		return
 	}
 	delete(r.all, w)
-	if r.perIndex[w.route.Name]--; r.perIndex[w.route.Name] <= 0 {
-		delete(r.perIndex, w.route.Name)
+	if r.perIndex[w.Route.Name]--; r.perIndex[w.Route.Name] <= 0 {
+		delete(r.perIndex, w.Route.Name)
 	}
-	if len(w.pred.Shards) > 0 {
+	if len(w.Pred.Shards) > 0 {
 		r.sharded--
 	}
-	switch w.route.Kind {
+	switch w.Route.Kind {
 	case held.RouteNamespace:
-		removeFrom(r.namespaces, w.route.Values[0], w)
+		removeFrom(r.namespaces, w.Route.Values[0], w)
 	case held.RouteLabel:
-		for _, v := range w.route.Values {
-			removeFrom(r.labels[w.route.Key], v, w)
+		for _, v := range w.Route.Values {
+			removeFrom(r.labels[w.Route.Key], v, w)
 		}
-		if len(r.labels[w.route.Key]) == 0 {
-			delete(r.labels, w.route.Key)
+		if len(r.labels[w.Route.Key]) == 0 {
+			delete(r.labels, w.Route.Key)
 		}
 	case held.RouteField:
-		for _, v := range w.route.Values {
-			removeFrom(r.fields[w.route.ID], v, w)
+		for _, v := range w.Route.Values {
+			removeFrom(r.fields[w.Route.ID], v, w)
 		}
-		if len(r.fields[w.route.ID]) == 0 {
-			delete(r.fields, w.route.ID)
+		if len(r.fields[w.Route.ID]) == 0 {
+			delete(r.fields, w.Route.ID)
 		}
 	case held.RouteShard:
 		r.shardIndex(w).Remove(w)
@@ -115,8 +115,8 @@ func (r *router) remove(w *watcher) {
 	}
 }
 
-func (r *router) shardIndex(w *watcher) *shards.Index[*watcher] {
-	if w.pred.ShardByNS {
+func (r *router) shardIndex(w *Watcher) *shards.Index[*Watcher] {
+	if w.Pred.ShardByNS {
 		return r.nsShards
 	}
 	return r.uidShards
@@ -125,8 +125,8 @@ func (r *router) shardIndex(w *watcher) *shards.Index[*watcher] {
 // candidates appends to out every watcher registered under a value the old
 // or the new state hits, in any routing index, plus the unindexed ones, each
 // once: epoch marks the watchers already taken for this event.
-func (r *router) candidates(old, new *held.Entry, epoch uint64, out []*watcher) []*watcher {
-	takeOne := func(w *watcher) {
+func (r *router) candidates(old, new *held.Entry, epoch uint64, out []*Watcher) []*Watcher {
+	takeOne := func(w *Watcher) {
 		if w.epoch != epoch {
 			w.epoch = epoch
 			out = append(out, w)
@@ -161,8 +161,8 @@ func (r *router) candidates(old, new *held.Entry, epoch uint64, out []*watcher) 
 	return out
 }
 
-func (r *router) list() []*watcher {
-	out := make([]*watcher, 0, len(r.all))
+func (r *router) list() []*Watcher {
+	out := make([]*Watcher, 0, len(r.all))
 	for w := range r.all {
 		out = append(out, w)
 	}

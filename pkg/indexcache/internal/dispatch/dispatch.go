@@ -1,4 +1,4 @@
-package indexcache
+package dispatch
 
 import (
 	"time"
@@ -22,13 +22,13 @@ type dispatchItem struct {
 	// bookmarkSlice: the watchers whose slot falls in it get the bookmark;
 	// or only bookmarkFor, when set.
 	bookmarkSlice uint64
-	bookmarkFor   *watcher
+	bookmarkFor   *Watcher
 }
 
-// handOff queues what the store committed for dispatch. The store calls it
+// HandOff queues what the store committed for dispatch. The store calls it
 // under its ingest lock, so the queue is in resourceVersion order. It waits
 // while the queue is full; after stop it drops.
-func (d *dispatcher) handOff(c held.Committed) {
+func (d *Dispatcher) HandOff(c held.Committed) {
 	select {
 	case d.queue <- dispatchItem{Committed: c}:
 	case <-d.stopCh:
@@ -36,7 +36,7 @@ func (d *dispatcher) handOff(c held.Committed) {
 }
 
 // run delivers the queue until stop.
-func (d *dispatcher) run() {
+func (d *Dispatcher) run() {
 	defer close(d.done)
 	for {
 		select {
@@ -63,7 +63,7 @@ func (d *dispatcher) run() {
 
 // dispatchEvent finds the candidate watchers of ev through the routing
 // indexes and delivers it to those whose selection it concerns.
-func (d *dispatcher) dispatchEvent(ev *held.Event) {
+func (d *Dispatcher) dispatchEvent(ev *held.Event) {
 	d.mu.RLock()
 	d.epoch++
 	cands := d.router.candidates(ev.Prev, ev.Cur, d.epoch, d.cands[:0])
@@ -88,11 +88,11 @@ func (d *dispatcher) dispatchEvent(ev *held.Event) {
 
 // endBefore stops the watchers registered before generation: a relist
 // replaced the state they started from.
-func (d *dispatcher) endBefore(generation uint64) {
-	var ws []*watcher
+func (d *Dispatcher) endBefore(generation uint64) {
+	var ws []*Watcher
 	d.mu.RLock()
 	for w := range d.router.all {
-		if w.generation < generation {
+		if w.Generation < generation {
 			ws = append(ws, w)
 		}
 	}
@@ -114,22 +114,22 @@ func (d *dispatcher) endBefore(generation uint64) {
 // whose buffer is full gets a share of a bounded time budget shared by all
 // (as kube-apiserver's dispatchTimeoutBudget), after which it alone is
 // closed; its client resumes from the last resourceVersion it saw.
-func (d *dispatcher) deliver(ev *held.Event, cands []*watcher) int {
+func (d *Dispatcher) deliver(ev *held.Event, cands []*Watcher) int {
 	delivered := 0
 	var budget time.Duration
 	took := false
 	for _, w := range cands {
-		if ev.Seq() <= w.startSeq || ev.RV() <= w.fromRV || w.stopped() {
+		if ev.Seq() <= w.StartSeq || ev.RV() <= w.FromRV || w.stopped() {
 			continue
 		}
-		out, ok := w.convert(ev)
+		out, ok := w.Convert(ev)
 		if !ok {
 			continue
 		}
 		delivered++
 		select { // a non-blocking send: the common case, and cheap
 		case w.sink() <- out:
-			w.sentRV.Store(ev.RV())
+			w.SentRV.Store(ev.RV())
 			continue
 		default:
 		}
@@ -138,7 +138,7 @@ func (d *dispatcher) deliver(ev *held.Event, cands []*watcher) int {
 		}
 		start := d.clock.Now()
 		if d.waitToSend(w, out, budget) {
-			w.sentRV.Store(ev.RV())
+			w.SentRV.Store(ev.RV())
 		} else {
 			d.m.SlowClosed.Inc()
 			w.stop(stopSlow, true)
@@ -155,7 +155,7 @@ func (d *dispatcher) deliver(ev *held.Event, cands []*watcher) int {
 
 // waitToSend blocks up to timeout for room in w's buffer. It reports false
 // when the time ran out (a watcher that stopped meanwhile counts as served).
-func (d *dispatcher) waitToSend(w *watcher, ev watch.Event, timeout time.Duration) bool {
+func (d *Dispatcher) waitToSend(w *Watcher, ev watch.Event, timeout time.Duration) bool {
 	if timeout <= 0 {
 		select {
 		case w.sink() <- ev:
