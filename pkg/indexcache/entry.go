@@ -17,9 +17,9 @@ import (
 // object hands the entry out.
 func (c *Cache) object(e *held.Entry) *Object {
 	if e.Obj == nil {
-		return held.NewCompactObject(func() runtime.Object { return c.decoded(e) }, c.objType, &e.Kept, c.cfg.Encoder)
+		return newCompactObject(func() runtime.Object { return c.decoded(e) }, c.objType, &e.Kept, c.cfg.Encoder)
 	}
-	return held.NewObjectWith(e.Obj, &e.Kept, c.cfg.Encoder)
+	return newObject(e.Obj, &e.Kept, c.cfg.Encoder)
 }
 
 // decoded is the entry's object: its own, or decoded from its compact
@@ -90,7 +90,7 @@ func (c *Cache) newEntry(obj runtime.Object) (*held.Entry, error) {
 func (c *Cache) withRV(e *held.Entry, rv uint64) *held.Entry {
 	out := &held.Entry{
 		Key: e.Key, Namespace: e.Namespace, Name: e.Name,
-		Obj: held.WithResourceVersion(c.decoded(e), rv), RV: rv,
+		Obj: withResourceVersion(c.decoded(e), rv), RV: rv,
 		Labels: e.Labels, Fields: e.Fields, UIDHash: e.UIDHash, NSHash: e.NSHash,
 		Cell: e.Cell,
 	}
@@ -106,5 +106,6 @@ func (c *Cache) compile(namespace string, label labels.Selector, field fields.Se
 // objectMaker is the Cache as the dispatcher's held.ObjectMaker.
 type objectMaker struct{ c *Cache }
 
-func (m objectMaker) Object(e *held.Entry) *Object                { return m.c.object(e) }
+func (m objectMaker) Object(e *held.Entry) runtime.Object         { return m.c.object(e) }
 func (m objectMaker) WithRV(e *held.Entry, rv uint64) *held.Entry { return m.c.withRV(e, rv) }
+func (m objectMaker) NewObject(obj runtime.Object) runtime.Object { return NewObject(obj, nil) }

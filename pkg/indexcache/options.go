@@ -9,7 +9,7 @@
 // own under internal/, as upstream's cacher splits its watchCache from its
 // Cacher: store (the objects, indexes, event window and snapshots) and
 // dispatch (the watchers, routing, delivery and bookmarks). Neither imports
-// the other: they share held (entries, Objects, events, predicates, routes)
+// the other: they share held (entries, events, predicates, routes)
 // and cachemetrics, and are coupled only by the hand-off of committed
 // changes in resourceVersion order (held.Committed; cache.go has the
 // locks).

@@ -8,8 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-
-	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // BookmarkEvent returns a BOOKMARK at rv: obj, an empty object of the
@@ -99,7 +97,7 @@ func (d *Dispatcher) sendBookmarkTo(w *Watcher, rv uint64) {
 func (d *Dispatcher) deliverBookmark(ws []*Watcher, rv uint64) {
 	// One object for all: encoded once per encoder like any event.
 	bm := BookmarkEvent(d.newFunc(), rv, false)
-	bm.Object = held.NewObjectWith(bm.Object, &held.Kept{}, nil)
+	bm.Object = d.objs.NewObject(bm.Object)
 	d.sendMu.Lock()
 	defer d.sendMu.Unlock()
 	for _, w := range ws {

@@ -20,17 +20,17 @@ type Entry struct {
 	Obj       runtime.Object
 	RV        uint64
 	Labels    labels.Set // the object's own label map, not a copy
-	Fields    [][]string // by field ordinal (Cache.fieldIDs)
+	Fields    [][]string // by field ordinal (the Cache's fieldIDs)
 	UIDHash   uint64
 	NSHash    uint64
 	// Cell is shared by all versions of the object while it exists; set
 	// when the entry is committed.
 	Cell *Cell
-	// Kept holds this version's serializations (object.go).
+	// Kept holds this version's serializations (kept.go).
 	Kept Kept
 }
 
-// Field returns the values of a selectable field; id comes from Cache.fieldIDs.
+// Field returns the values of a selectable field; id comes from the Cache's fieldIDs.
 func (e *Entry) Field(id int) []string { return e.Fields[id] }
 
 // Cell is the stable home of one key's current entry. Indexes hold cells,

@@ -1,12 +1,9 @@
 package held
 
 import (
-	"reflect"
-	"strconv"
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 )
@@ -27,9 +24,9 @@ type Event struct {
 	// The Objects watchers of the event share (their serializations are
 	// kept with the entries, not here).
 	curOnce  sync.Once
-	curObj   *Object
+	curObj   runtime.Object
 	goneOnce sync.Once
-	goneObj  *Object
+	goneObj  runtime.Object
 	gone     *Entry // prev at the event's resourceVersion
 }
 
@@ -71,31 +68,12 @@ func (ev *Event) GoneObject(c ObjectMaker) runtime.Object {
 	return ev.goneObj
 }
 
-// ObjectMaker hands entries out as Objects (the Cache does: its Config
-// says how objects are encoded and decoded).
+// ObjectMaker hands entries out as the Cache's Objects (its Config says
+// how objects are encoded and decoded).
 type ObjectMaker interface {
-	Object(e *Entry) *Object
+	Object(e *Entry) runtime.Object
 	WithRV(e *Entry, rv uint64) *Entry
-}
-
-// WithResourceVersion returns a shallow copy of obj with another
-// resourceVersion; the cached object itself is never modified.
-func WithResourceVersion(obj runtime.Object, rv uint64) runtime.Object {
-	out := shallowCopy(obj)
-	if m, err := meta.Accessor(out); err == nil {
-		m.SetResourceVersion(strconv.FormatUint(rv, 10))
-	}
-	return out
-}
-
-// shallowCopy copies the top-level struct of obj: enough for encoders that
-// stamp apiVersion and kind, and for changing the resourceVersion.
-func shallowCopy(obj runtime.Object) runtime.Object {
-	v := reflect.ValueOf(obj)
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return obj.DeepCopyObject()
-	}
-	cp := reflect.New(v.Elem().Type())
-	cp.Elem().Set(v.Elem())
-	return cp.Interface().(runtime.Object)
+	// NewObject is obj as an Object of no entry (a bookmark's), its
+	// serializations kept with it.
+	NewObject(obj runtime.Object) runtime.Object
 }

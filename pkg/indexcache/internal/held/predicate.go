@@ -20,7 +20,7 @@ const maxInValues = 8
 const (
 	shardKeyUID       = "object.metadata.uid"
 	shardKeyNamespace = "object.metadata.namespace"
-	// NamespaceField is handled from the object's key, not from Config.Fields.
+	// NamespaceField is handled from the object's key, not from indexcache.Config.Fields.
 	NamespaceField = "metadata.namespace"
 )
 
