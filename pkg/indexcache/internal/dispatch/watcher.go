@@ -32,12 +32,12 @@ const (
 // goroutine that sends them, then forwards what the dispatcher queued in
 // input meanwhile and after.
 //
-// Sends to a direct watcher's result happen under dispatcher.sendMu, and it
+// Sends to a direct watcher's result happen under Dispatcher.sendMu, and it
 // is closed under sendMu, so no send ever hits a closed channel.
 type Watcher struct {
 	d              *Dispatcher
 	Pred           *held.Predicate
-	Route          held.Route // guarded by dispatcher.mu
+	Route          held.Route // guarded by Dispatcher.mu
 	allowBookmarks bool
 	slot           uint64 // its bookmark slice is slot % Dispatcher.BookmarkSlices
 	// The initial events (state or replay) cover every event up to
@@ -46,7 +46,7 @@ type Watcher struct {
 	// watcher is registered.
 	StartSeq, FromRV uint64
 	// Generation is the store's state the watcher started from; a relist
-	// to a later one ends it (dispatcher.endBefore). Set before it is
+	// to a later one ends it (Dispatcher.endBefore). Set before it is
 	// registered.
 	Generation uint64
 
@@ -93,7 +93,7 @@ func (w *Watcher) stopped() bool {
 }
 
 // stop ends the watcher; sendHeld tells whether the caller holds
-// dispatcher.sendMu (the dispatcher closing a slow watcher or ending
+// Dispatcher.sendMu (the dispatcher closing a slow watcher or ending
 // watchers after a relist). For stopCache, the dispatcher took every
 // watcher out of the router already.
 func (w *Watcher) stop(why stopReason, sendHeld bool) {
