@@ -2,6 +2,8 @@ package indexcache
 
 import (
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/dispatch"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // Index advice (package advice keeps the books): LISTs (and a watch's
@@ -17,13 +19,13 @@ import (
 
 // adviceKeys are the keys of pred's exact requirements, which a LIST that
 // scanned would have used had they been indexed.
-func adviceKeys(pred *predicate) []advice.Key {
-	if len(pred.exact) == 0 {
+func adviceKeys(pred *held.Predicate) []advice.Key {
+	if len(pred.Exact) == 0 {
 		return nil
 	}
-	keys := make([]advice.Key, len(pred.exact))
-	for i, r := range pred.exact {
-		keys[i] = advice.Key{Label: r.label, Key: r.key}
+	keys := make([]advice.Key, len(pred.Exact))
+	for i, r := range pred.Exact {
+		keys[i] = advice.Key{Label: r.Label, Key: r.Key}
 	}
 	return keys
 }
@@ -32,22 +34,22 @@ func adviceKeys(pred *predicate) []advice.Key {
 // dispatcher's watchers that filter what an index would route away, and has
 // the tracker price them.
 func (c *Cache) sampleAdvice() []advice.Advice {
-	c.store.mu.RLock()
-	seq, total, indexed := c.store.adviceBasisLocked()
+	c.store.RLock()
+	seq, total, indexed := c.store.AdviceBasisLocked()
 	var ws []advice.Watcher
-	c.disp.each(func(w *watcher) {
-		if w.route.kind != routeUnindexed && w.route.kind != routeNamespace || len(w.pred.exact) == 0 {
+	c.disp.Each(func(w *dispatch.Watcher) {
+		if w.Route.Kind != held.RouteUnindexed && w.Route.Kind != held.RouteNamespace || len(w.Pred.Exact) == 0 {
 			return
 		}
-		aw := advice.Watcher{Share: 1, StartSeq: w.startSeq}
-		if w.route.kind == routeNamespace {
+		aw := advice.Watcher{Share: 1, StartSeq: w.StartSeq}
+		if w.Route.Kind == held.RouteNamespace {
 			aw.Share = 0
 			if total > 0 {
-				aw.Share = float64(c.store.namespaceObjectsLocked(w.route.values[0])) / float64(total)
+				aw.Share = float64(c.store.NamespaceObjectsLocked(w.Route.Values[0])) / float64(total)
 			}
 		}
-		for _, r := range w.pred.exact {
-			if k := (advice.Key{Label: r.label, Key: r.key}); !indexed[k] {
+		for _, r := range w.Pred.Exact {
+			if k := (advice.Key{Label: r.Label, Key: r.Key}); !indexed[k] {
 				aw.Keys = append(aw.Keys, k)
 			}
 		}
@@ -55,7 +57,7 @@ func (c *Cache) sampleAdvice() []advice.Advice {
 			ws = append(ws, aw)
 		}
 	})
-	c.store.mu.RUnlock()
+	c.store.RUnlock()
 	return c.advice.Sample(seq, indexed, ws)
 }
 

@@ -26,6 +26,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/dispatch"
 	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
@@ -407,7 +408,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("watch from a dropped rv: %v, want 410 too old resource version", err)
 	}
 	clk.Step(DefaultSnapshotRetention + time.Second)
-	c.store.expireHistory()
+	c.store.ExpireHistory()
 	if _, err := c.List(ctx, ListOptions{ResourceVersion: "10", ResourceVersionMatch: metav1.ResourceVersionMatchExact}); !errors.IsResourceExpired(err) {
 		t.Errorf("exact list of a dropped rv: %v, want 410", err)
 	}
@@ -479,7 +480,7 @@ func TestConsistentReadAsksForProgress(t *testing.T) {
 
 func TestBookmarksReachShardedAndPlainWatchers(t *testing.T) {
 	cfg := testConfig()
-	cfg.BookmarkInterval = minBookmarkTick // one slice: every watcher on each tick
+	cfg.BookmarkInterval = dispatch.MinBookmarkTick // one slice: every watcher on each tick
 	clk := testingclock.NewFakeClock(time.Now())
 	cfg.Clock = clk
 	c, err := New(cfg)
@@ -575,9 +576,7 @@ func TestWatchEndsWithContext(t *testing.T) {
 		for range w.ResultChan() {
 		}
 	}
-	c.disp.mu.RLock()
-	left := len(c.disp.router.all)
-	c.disp.mu.RUnlock()
+	left := c.disp.Len()
 	if left != 0 {
 		t.Fatalf("%d watchers still registered", left)
 	}
@@ -689,9 +688,9 @@ func TestEventWindowRetention(t *testing.T) {
 		add(rv)
 	}
 	clk.Step(DefaultEventRetention + time.Second)
-	c.store.expireHistory()
+	c.store.ExpireHistory()
 	add(161)
-	if n := c.store.window.Len(); n != 151 {
+	if n := c.store.Window().Len(); n != 151 {
 		t.Fatalf("window holds %d events, want all 151", n)
 	}
 	if w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); err != nil {
@@ -705,7 +704,7 @@ func TestEventWindowRetention(t *testing.T) {
 	for rv := uint64(162); rv <= 400; rv++ { // full (200) from 210 on, it drops the stale burst, then grows (400)
 		add(rv)
 	}
-	if n, first := c.store.window.Len(), c.store.window.At(0).rv; n != 240 || first != 161 {
+	if n, first := c.store.Window().Len(), c.store.Window().At(0).RV(); n != 240 || first != 161 {
 		t.Fatalf("window holds %d events from %d, want 240 from 161", n, first)
 	}
 	if w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"}); err != nil {
@@ -739,9 +738,7 @@ func TestWatchWithDoneContext(t *testing.T) {
 	if err := c.Ingest().Add(mkPod("ns", "b", "ub", 11, nil, "", "")); err != nil {
 		t.Fatal(err)
 	}
-	c.disp.mu.RLock()
-	defer c.disp.mu.RUnlock()
-	if n := len(c.disp.router.all); n != 0 {
+	if n := c.disp.Len(); n != 0 {
 		t.Fatalf("%d watchers registered", n)
 	}
 }
@@ -814,10 +811,10 @@ func TestBookmarksAreSpreadOverTheInterval(t *testing.T) {
 	}
 	synced(t, c)
 	defer c.Stop()
-	if c.disp.bookmarkSlices != maxBookmarkSlices {
-		t.Fatalf("%d slices for a one-minute interval, want %d (one a second)", c.disp.bookmarkSlices, maxBookmarkSlices)
+	if c.disp.BookmarkSlices != dispatch.MaxBookmarkSlices {
+		t.Fatalf("%d slices for a one-minute interval, want %d (one a second)", c.disp.BookmarkSlices, dispatch.MaxBookmarkSlices)
 	}
-	const n = 3 * maxBookmarkSlices
+	const n = 3 * dispatch.MaxBookmarkSlices
 	ws := make([]watch.Interface, n)
 	for i := range ws {
 		if ws[i], err = c.Watch(context.Background(), WatchOptions{ResourceVersion: "10", AllowWatchBookmarks: true, Label: labels.SelectorFromSet(labels.Set{"app": "none"})}); err != nil {
@@ -849,13 +846,13 @@ func TestBookmarksAreSpreadOverTheInterval(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 		total()
 	}
-	c.disp.requestBookmarks(0)
-	drain(n / maxBookmarkSlices)
-	if first := total(); first != n/maxBookmarkSlices {
-		t.Fatalf("the first tick sent %d bookmarks to %d watchers, want %d (one slice)", first, n, n/maxBookmarkSlices)
+	c.disp.RequestBookmarks(0)
+	drain(n / dispatch.MaxBookmarkSlices)
+	if first := total(); first != n/dispatch.MaxBookmarkSlices {
+		t.Fatalf("the first tick sent %d bookmarks to %d watchers, want %d (one slice)", first, n, n/dispatch.MaxBookmarkSlices)
 	}
-	for s := uint64(1); s < c.disp.bookmarkSlices; s++ {
-		c.disp.requestBookmarks(s)
+	for s := uint64(1); s < c.disp.BookmarkSlices; s++ {
+		c.disp.RequestBookmarks(s)
 	}
 	drain(n)
 	for i, g := range got {

@@ -14,6 +14,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/dispatch"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // Benchmarks of the costs DESIGN.md §9 cares about. Baselines run in the
@@ -273,28 +275,25 @@ func BenchmarkRoute(b *testing.B) {
 	// The watchers are not drained: nothing is sent to them.
 	forLabelWatchers(b, func(b *testing.B, c *Cache, w int, _ []watch.Interface) {
 		// Updates of the first 1000 pods, prepared.
-		var evs []*storeEvent
+		var evs []*held.Event
 		for i := 0; i < 1000; i++ {
-			prev, _ := c.store.tree.Get(&entry{key: objectKey(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i))})
+			prev, _ := c.store.Tree().Get(&held.Entry{Key: objectKey(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pod-%d", i))})
 			cur, err := c.newEntry(updated(templates(1, w), 0, 2))
 			if err != nil {
 				b.Fatal(err)
 			}
-			cur.key, cur.labels = prev.key, prev.labels
-			evs = append(evs, &storeEvent{typ: watch.Modified, prev: prev, cur: cur, rv: 2})
+			cur.Key, cur.Labels = prev.Key, prev.Labels
+			evs = append(evs, held.NewEvent(watch.Modified, prev, cur, 2))
 		}
-		var cands []*watcher
+		var cands []*dispatch.Watcher
 		delivered := 0
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			ev := evs[i%len(evs)]
-			c.disp.mu.Lock()
-			c.disp.epoch++
-			cands = c.disp.router.candidates(ev.prev, ev.cur, c.disp.epoch, cands[:0])
-			c.disp.mu.Unlock()
+			cands = c.disp.Candidates(ev.Prev, ev.Cur, cands[:0])
 			for _, wt := range cands {
-				if _, ok := wt.convert(ev); ok {
+				if _, ok := wt.Convert(ev); ok {
 					delivered++
 				}
 			}

@@ -12,6 +12,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/advice"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/cachemetrics"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/dispatch"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/store"
 )
 
 // Defaults for the zero values of Config.
@@ -26,42 +29,33 @@ const (
 	// housekeepingInterval paces snapshot expiry and the index size metrics,
 	// independently of how rarely bookmarks go out.
 	housekeepingInterval = 10 * time.Second
-	// maxSnapshots bounds the retained snapshots whatever their age.
-	maxSnapshots = 256
-	// Bookmarks go out in up to maxBookmarkSlices slices of the watchers, one
-	// slice at least every minBookmarkTick, so that each watcher still gets
-	// one per BookmarkInterval but 20,000 watchers opened together do not
-	// all get theirs in the same instant (each bookmark is an encode, a
-	// compressed flush and a write: a burst of them delayed events by a
-	// second in the saturation benchmark).
-	maxBookmarkSlices = 60
-	minBookmarkTick   = time.Second
 )
 
 // Cache is the indexed watch cache of one resource. It is a façade over
-// two types with one job each, as upstream's cacher splits its watchCache
-// from its Cacher:
+// two types with one job each, in packages of their own, as upstream's
+// cacher splits its watchCache from its Cacher:
 //
-//   - store (store*.go, index.go, snapshots.go): the current objects, their
-//     indexes, the resourceVersion, the event window and the snapshots. The
-//     Reflector's writes (ingest.go) are committed there one at a time; a
-//     relist is built beside the state and swapped in whole. It answers
-//     lists, gets and a watch's initial state or replay.
-//   - dispatcher (dispatcher.go, dispatch.go, bookmarks.go, router.go,
-//     watcher.go): the watchers. One goroutine takes, in order, what the
-//     store committed and delivers each event to the watchers the routing
-//     indexes find. A slow watcher can hold it for at most the shared time
-//     budget; ingest only waits when the queue is full.
+//   - store.Store (internal/store): the current objects, their indexes, the
+//     resourceVersion, the event window and the snapshots. The Reflector's
+//     writes (ingest.go) are committed there one at a time; a relist is
+//     built beside the state and swapped in whole. It answers lists, gets
+//     and a watch's initial state or replay.
+//   - dispatch.Dispatcher (internal/dispatch): the watchers. One goroutine
+//     takes, in order, what the store committed and delivers each event to
+//     the watchers the routing indexes find. A slow watcher can hold it for
+//     at most the shared time budget; ingest only waits when the queue is
+//     full.
 //
-// The store hands each committed change to the dispatcher (handOff), in
-// resourceVersion order; that is all either knows of the other. The Cache
-// does the rest: it parses requests, waits for freshness (freshness.go,
-// consistent.go), cuts pages (list.go), and registers a watcher with the
-// dispatcher inside the store's critical section that completes its
-// initial events (watch.go), so that no event falls between them or is
-// sent twice.
+// Neither imports the other: what both hold (entries, events, predicates,
+// routes) is package internal/held, and the store hands each committed
+// change to the dispatcher (HandOff), in resourceVersion order; that is all
+// either knows of the other. The Cache does the rest: it parses requests,
+// waits for freshness (freshness.go, consistent.go), cuts pages (list.go),
+// and registers a watcher with the dispatcher inside the store's critical
+// section that completes its initial events (watch.go), so that no event
+// falls between them or is sent twice.
 //
-// Readers (List, Get, Watch registration) take store.mu for reading, for
+// Readers (List, Get, Watch registration) take Store.mu for reading, for
 // O(1) work (a copy-on-write clone) or a pointer copy of the index bucket
 // their selector names (sorted after the lock is released); they never
 // wait for dispatch. Whether a consistent read is answered here or
@@ -69,36 +63,37 @@ const (
 //
 // Lock order, the one place it is written down:
 //
-//	Cache.setMu -> store.ingestMu -> store.mu -> {store.snapshots, store.cloneMu}
-//	store.mu -> dispatcher.mu
-//	dispatcher.sendMu -> dispatcher.mu
+//	Cache.setMu -> Store.ingestMu -> Store.mu -> {Store.snapshots, Store.cloneMu}
+//	Store.mu -> Dispatcher.mu
+//	Dispatcher.sendMu -> Dispatcher.mu
 //
 // Each lock belongs to one type:
 //
 //   - Cache.setMu: one index change (SetIndexes) at a time.
-//   - store.ingestMu serializes the store's writers (ingest, relist, index
+//   - Store.ingestMu serializes the store's writers (ingest, relist, index
 //     swaps) and the hand-off of what they committed, so the dispatch queue
 //     is in resourceVersion order.
-//   - store.mu guards the store's state; store.cloneMu its tree's clones.
-//   - dispatcher.mu guards the registered watchers and their routes. It is
-//     taken under store.mu only by the Cache, where it registers a watcher,
+//   - Store.mu guards the store's state (the Cache takes it through
+//     Store.RLock and Lock); Store.cloneMu its tree's clones.
+//   - Dispatcher.mu guards the registered watchers and their routes. It is
+//     taken under Store.mu only by the Cache, where it registers a watcher,
 //     re-homes the watchers after an index swap or samples index advice; the
 //     dispatcher never takes a store lock.
-//   - dispatcher.sendMu is held by the dispatcher while it sends to
+//   - Dispatcher.sendMu is held by the dispatcher while it sends to
 //     watchers, and by whoever closes a direct watcher's channel, so no send
 //     hits a closed channel.
 type Cache struct {
 	cfg        Config
 	resource   string
-	fieldNames []string       // selectable fields, sorted; entry.fields is by this order
+	fieldNames []string       // selectable fields, sorted; held.Entry.Fields is by this order
 	fieldIDs   map[string]int // field path -> ordinal
 	objType    reflect.Type   // of NewFunc's objects
-	m          *cacheMetrics
+	m          *cachemetrics.Metrics
 	advice     *advice.Tracker // advice.go gathers for it
 
 	setMu sync.Mutex // one index change at a time
-	store *store
-	disp  *dispatcher
+	store *store.Store
+	disp  *dispatch.Dispatcher
 
 	statsMemo statsMemo // stats.go
 	stopOnce  sync.Once
@@ -162,26 +157,38 @@ func New(cfg Config) (*Cache, error) {
 	for _, f := range cfg.AlwaysIndexedFields {
 		alwaysIndexed[c.fieldIDs[f]] = f
 	}
-	c.m = newCacheMetrics(c.resource)
+	c.m = cachemetrics.NewMetrics(c.resource)
 	c.advice = advice.NewTracker(cfg.Clock, c.resource, housekeepingInterval)
-	c.disp = newDispatcher(&c.cfg, c.resource, c, c.m)
-	c.store = newStore(&c.cfg, c.resource, alwaysIndexed, c.m, c.withRV, c.disp.handOff)
-	c.disp.start()
+	c.disp = dispatch.New(dispatch.Config{
+		Clock:             cfg.Clock,
+		NewFunc:           cfg.NewFunc,
+		BookmarkInterval:  cfg.BookmarkInterval,
+		SlowWatcherBudget: cfg.SlowWatcherBudget,
+	}, c.resource, objectMaker{c}, c.m)
+	c.store = store.New(store.Config{
+		GroupResource:     cfg.GroupResource,
+		Namespaced:        cfg.Namespaced,
+		Clock:             cfg.Clock,
+		EventWindow:       cfg.EventWindow,
+		EventRetention:    cfg.EventRetention,
+		SnapshotRetention: cfg.SnapshotRetention,
+	}, c.resource, alwaysIndexed, c.m, c.withRV, c.disp.HandOff)
+	c.disp.Start()
 	return c, nil
 }
 
 // HasSynced tells whether the first list has been loaded.
-func (c *Cache) HasSynced() bool { return c.store.hasSynced() }
+func (c *Cache) HasSynced() bool { return c.store.HasSynced() }
 
 // ResourceVersion is the resourceVersion the cache has caught up to.
-func (c *Cache) ResourceVersion() uint64 { return c.store.resourceVersion() }
+func (c *Cache) ResourceVersion() uint64 { return c.store.ResourceVersion() }
 
 // Run sends bookmarks (one slice of the watchers per tick, each watcher
 // once per BookmarkInterval), and expires snapshots and refreshes the index
 // size metrics every housekeepingInterval, until stopCh closes; then it
 // stops every watcher.
 func (c *Cache) Run(stopCh <-chan struct{}) {
-	bookmarks := c.cfg.Clock.NewTicker(c.cfg.BookmarkInterval / time.Duration(c.disp.bookmarkSlices))
+	bookmarks := c.cfg.Clock.NewTicker(c.cfg.BookmarkInterval / time.Duration(c.disp.BookmarkSlices))
 	defer bookmarks.Stop()
 	var slice uint64
 	housekeeping := c.cfg.Clock.NewTicker(housekeepingInterval)
@@ -191,14 +198,14 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 		case <-stopCh:
 			c.Stop()
 			return
-		case <-c.disp.stopCh:
+		case <-c.disp.StopCh():
 			return
 		case <-bookmarks.C():
-			c.disp.requestBookmarks(slice)
-			slice = (slice + 1) % c.disp.bookmarkSlices
+			c.disp.RequestBookmarks(slice)
+			slice = (slice + 1) % c.disp.BookmarkSlices
 		case <-housekeeping.C():
-			c.store.expireHistory()
-			c.m.setIndexValues(c.IndexStats()) // cardinality drifts with ingest
+			c.store.ExpireHistory()
+			c.m.SetIndexValues(c.IndexStats()) // cardinality drifts with ingest
 			c.sampleAdvice()
 		}
 	}
@@ -209,8 +216,8 @@ func (c *Cache) Stop() {
 	c.stopOnce.Do(func() {
 		// Refuse new watchers first: one registering now is either in the
 		// dispatcher by the time the store is stopped, or sees it stopped.
-		c.store.stop()
-		c.disp.stop()
+		c.store.Stop()
+		c.disp.Stop()
 	})
 }
 
@@ -220,7 +227,7 @@ func (c *Cache) Get(ctx context.Context, namespace, name, resourceVersion string
 	if err := c.waitFresh(ctx, resourceVersion); err != nil {
 		return nil, err
 	}
-	e, ok := c.store.get(objectKey(namespace, name))
+	e, ok := c.store.Get(objectKey(namespace, name))
 	if !ok {
 		return nil, errors.NewNotFound(c.cfg.GroupResource, name)
 	}

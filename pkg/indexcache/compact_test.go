@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // jsonCompaction holds pods as JSON (the server holds them as protobuf,
@@ -69,19 +70,19 @@ func TestCompactHolding(t *testing.T) {
 	if obj, ok, err := c.Ingest().GetByKey("ns/a"); err != nil || !ok || obj.(*indexing.Pod).ResourceVersion != "11" {
 		t.Fatalf("store: %v %v %v", obj, ok, err)
 	}
-	c.store.mu.RLock()
-	defer c.store.mu.RUnlock()
-	c.store.tree.Ascend(func(e *entry) bool {
-		if e.obj != nil {
-			t.Errorf("%s is held decoded", e.key)
+	c.store.RLock()
+	defer c.store.RUnlock()
+	c.store.Tree().Ascend(func(e *held.Entry) bool {
+		if e.Obj != nil {
+			t.Errorf("%s is held decoded", e.Key)
 		}
 		return true
 	})
-	for i := 0; i < c.store.window.Len(); i++ {
-		ev := c.store.window.At(i)
-		for _, e := range []*entry{ev.prev, ev.cur, ev.gone} {
-			if e != nil && e.obj != nil {
-				t.Errorf("the window holds %s@%d decoded", e.key, e.rv)
+	for i := 0; i < c.store.Window().Len(); i++ {
+		ev := c.store.Window().At(i)
+		for _, e := range []*held.Entry{ev.Prev, ev.Cur, ev.Gone()} {
+			if e != nil && e.Obj != nil {
+				t.Errorf("the window holds %s@%d decoded", e.Key, e.RV)
 			}
 		}
 	}

@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // waitConsistent waits until the cache has every change upstream had when
@@ -41,7 +43,7 @@ func (c *Cache) upstreamRV(ctx context.Context) (uint64, error) {
 	if cur := c.ResourceVersion(); rv > cur {
 		lag = float64(rv - cur)
 	}
-	c.m.rvLag.Set(lag)
+	c.m.RVLag.Set(lag)
 	return rv, nil
 }
 
@@ -62,7 +64,7 @@ func (c *Cache) Select(objs []runtime.Object, rv uint64, opts ListOptions) (*Lis
 	for i, e := range entries {
 		res.Items[i] = c.object(e)
 	}
-	c.m.list(res.Index)
+	c.m.List(res.Index)
 	return res, nil
 }
 
@@ -79,17 +81,17 @@ func (c *Cache) Hand(obj runtime.Object) (*Object, error) {
 
 // selectEntries is what pred selects among objs, upstream's answer to a
 // read, in key order.
-func (c *Cache) selectEntries(objs []runtime.Object, pred *predicate) ([]*entry, error) {
-	entries := make([]*entry, 0, len(objs))
+func (c *Cache) selectEntries(objs []runtime.Object, pred *held.Predicate) ([]*held.Entry, error) {
+	entries := make([]*held.Entry, 0, len(objs))
 	for _, o := range objs {
 		e, err := c.newEntry(o)
 		if err != nil {
 			return nil, errors.NewInternalError(fmt.Errorf("kube-apiserver sent an unusable object: %w", err))
 		}
-		if pred.matches(e) {
+		if pred.Matches(e) {
 			entries = append(entries, e)
 		}
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].key < entries[j].key })
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Key < entries[j].Key })
 	return entries, nil
 }

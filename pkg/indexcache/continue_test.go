@@ -50,7 +50,7 @@ func TestContinueExpires(t *testing.T) {
 			t.Fatalf("second page shows b@%s, want the snapshot's b@6", got)
 		}
 		clock.Step(20 * time.Second) // within the window's 75 s retention
-		c.store.expireHistory()
+		c.store.ExpireHistory()
 	}
 	update(100) // the window no longer reaches the token's state
 	_, err = c.List(ctx, ListOptions{Continue: first.Continue, Limit: 1})
@@ -60,7 +60,7 @@ func TestContinueExpires(t *testing.T) {
 	if s := err.(errors.APIStatus).Status(); s.Code != 410 || s.Message == "" {
 		t.Fatalf("status %+v", s)
 	}
-	if n := c.store.snapshots.Len(); n != 0 {
+	if n := c.store.Snapshots().Len(); n != 0 {
 		t.Fatalf("%d snapshots retained past the window", n)
 	}
 }

@@ -5,7 +5,7 @@ package indexcache
 // implementation: each failed on main at 0524662 (see the commit message for
 // how), and each holds kube-apiserver's behaviour.
 //
-// The few internals these tests reach (requestBookmarks, expireHistory) are
+// The few internals these tests reach (RequestBookmarks, ExpireHistory) are
 // behind bookmarkNow and housekeep below, so a rewrite adapts one place.
 
 import (
@@ -36,13 +36,13 @@ const contractWait = 10 * time.Second
 
 // bookmarkNow sends the periodic bookmarks of every slice now.
 func bookmarkNow(c *Cache) {
-	for s := range c.disp.bookmarkSlices {
-		c.disp.requestBookmarks(s)
+	for s := range c.disp.BookmarkSlices {
+		c.disp.RequestBookmarks(s)
 	}
 }
 
 // housekeep runs the periodic snapshot expiry now.
-func housekeep(c *Cache) { c.store.expireHistory() }
+func housekeep(c *Cache) { c.store.ExpireHistory() }
 
 // newCacheWith is newTestCache with changes to the test config.
 func newCacheWith(t testing.TB, change func(*Config)) *Cache {

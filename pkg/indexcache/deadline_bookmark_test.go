@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/watch"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/dispatch"
 )
 
 // TestBookmarkBeforeDeadline: a watch that allows bookmarks gets one 2s
@@ -35,7 +37,7 @@ func TestBookmarkBeforeDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer noBookmarks.Stop()
-	clk.Step(time.Hour - deadlineBookmarkLead - time.Second)
+	clk.Step(time.Hour - dispatch.DeadlineBookmarkLead - time.Second)
 	if err := c.Ingest().Add(mkPod("ns", "c", "uc", 11, nil, "", "")); err != nil {
 		t.Fatal(err)
 	}

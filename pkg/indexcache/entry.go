@@ -5,34 +5,17 @@ import (
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/sharding"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/shards"
 )
 
-// entry is one cached object with everything routing and filtering need,
-// computed once at ingest. Entries are immutable once built and shared by the
-// store, the indexes, snapshots and the event window.
-type entry struct {
-	key       string
-	namespace string
-	name      string
-	obj       runtime.Object
-	rv        uint64
-	labels    labels.Set // the object's own label map, not a copy
-	fields    [][]string // by field ordinal (Cache.fieldIDs)
-	uidHash   uint64
-	nsHash    uint64
-	// cell is shared by all versions of the object while it exists; set
-	// when the entry is committed.
-	cell *cell
-	// kept holds this version's serializations (object.go).
-	kept kept
-}
-
 // object hands the entry out.
-func (c *Cache) object(e *entry) *Object {
+func (c *Cache) object(e *held.Entry) *Object {
 	o := &Object{}
 	c.handOut(o, e)
 	return o
@@ -40,53 +23,53 @@ func (c *Cache) object(e *entry) *Object {
 
 // objects hands out a page's entries, in one allocation: a full LIST's
 // items are tens of thousands of short-lived Objects.
-func (c *Cache) objects(es []*entry) []*Object {
-	held := make([]Object, len(es))
+func (c *Cache) objects(es []*held.Entry) []*Object {
+	slab := make([]Object, len(es))
 	out := make([]*Object, len(es))
 	for i, e := range es {
-		c.handOut(&held[i], e)
-		out[i] = &held[i]
+		c.handOut(&slab[i], e)
+		out[i] = &slab[i]
 	}
 	return out
 }
 
 // handOut makes o the entry's Object: decoded on demand when the entry is
 // held compact.
-func (c *Cache) handOut(o *Object, e *entry) {
-	if e.obj == nil {
-		o.kept, o.enc, o.src, o.from, o.typ = &e.kept, c.cfg.Encoder, e, c, c.objType
+func (c *Cache) handOut(o *Object, e *held.Entry) {
+	if e.Obj == nil {
+		o.kept, o.enc, o.src, o.from, o.typ = &e.Kept, c.cfg.Encoder, e, c, c.objType
 		return
 	}
-	o.init(e.obj, &e.kept, c.cfg.Encoder)
+	o.init(e.Obj, &e.Kept, c.cfg.Encoder)
 }
 
 // decoded is the entry's object: its own, or decoded from its compact
 // bytes (a copy the caller owns).
-func (c *Cache) decoded(e *entry) runtime.Object {
-	if e.obj != nil {
-		return e.obj
+func (c *Cache) decoded(e *held.Entry) runtime.Object {
+	if e.Obj != nil {
+		return e.Obj
 	}
-	p := e.kept.first()
-	obj, err := c.cfg.Compaction.Expand(p.format, p.raw)
+	p := e.Kept.First()
+	obj, err := c.cfg.Compaction.Expand(p.Format, p.Raw)
 	if err != nil {
 		// The bytes were made by Compact at ingest.
-		panic(fmt.Sprintf("indexcache: cannot decode %s: %v", e.key, err))
+		panic(fmt.Sprintf("indexcache: cannot decode %s: %v", e.Key, err))
 	}
 	return obj
 }
 
 // compact drops e's decoded object for its bytes, when the cache holds
 // objects compact.
-func (c *Cache) compact(e *entry) error {
+func (c *Cache) compact(e *held.Entry) error {
 	if c.cfg.Compaction == nil {
 		return nil
 	}
-	format, raw, err := c.cfg.Compaction.Compact(e.obj)
+	format, raw, err := c.cfg.Compaction.Compact(e.Obj)
 	if err != nil {
 		return err
 	}
-	e.kept.add(format, raw)
-	e.obj = nil
+	e.Kept.Add(format, raw)
+	e.Obj = nil
 	return nil
 }
 
@@ -97,10 +80,7 @@ func objectKey(namespace, name string) string {
 	return namespace + "/" + name
 }
 
-// field returns the values of a selectable field; id comes from Cache.fieldIDs.
-func (e *entry) field(id int) []string { return e.fields[id] }
-
-func (c *Cache) newEntry(obj runtime.Object) (*entry, error) {
+func (c *Cache) newEntry(obj runtime.Object) (*held.Entry, error) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return nil, err
@@ -109,32 +89,44 @@ func (c *Cache) newEntry(obj runtime.Object) (*entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("object %s has invalid resourceVersion %q", objectKey(m.GetNamespace(), m.GetName()), m.GetResourceVersion())
 	}
-	e := &entry{
-		key:       objectKey(m.GetNamespace(), m.GetName()),
-		namespace: m.GetNamespace(),
-		name:      m.GetName(),
-		obj:       obj,
-		rv:        rv,
-		labels:    labels.Set(m.GetLabels()),
-		fields:    make([][]string, len(c.fieldNames)),
-		uidHash:   shards.Hash(string(m.GetUID())),
-		nsHash:    shards.Hash(m.GetNamespace()),
+	e := &held.Entry{
+		Key:       objectKey(m.GetNamespace(), m.GetName()),
+		Namespace: m.GetNamespace(),
+		Name:      m.GetName(),
+		Obj:       obj,
+		RV:        rv,
+		Labels:    labels.Set(m.GetLabels()),
+		Fields:    make([][]string, len(c.fieldNames)),
+		UIDHash:   shards.Hash(string(m.GetUID())),
+		NSHash:    shards.Hash(m.GetNamespace()),
 	}
 	for i, name := range c.fieldNames {
-		e.fields[i] = c.cfg.Fields[name](obj)
+		e.Fields[i] = c.cfg.Fields[name](obj)
 	}
 	return e, c.compact(e)
 }
 
 // withRV returns a copy of e whose object carries another resourceVersion:
 // the final state of a deleted object, stamped with the deletion's RV.
-func (c *Cache) withRV(e *entry, rv uint64) *entry {
-	out := &entry{
-		key: e.key, namespace: e.namespace, name: e.name,
-		obj: withResourceVersion(c.decoded(e), rv), rv: rv,
-		labels: e.labels, fields: e.fields, uidHash: e.uidHash, nsHash: e.nsHash,
-		cell: e.cell,
+func (c *Cache) withRV(e *held.Entry, rv uint64) *held.Entry {
+	out := &held.Entry{
+		Key: e.Key, Namespace: e.Namespace, Name: e.Name,
+		Obj: withResourceVersion(c.decoded(e), rv), RV: rv,
+		Labels: e.Labels, Fields: e.Fields, UIDHash: e.UIDHash, NSHash: e.NSHash,
+		Cell: e.Cell,
 	}
 	_ = c.compact(out) // if it cannot be, it stays decoded
 	return out
 }
+
+// compile checks and compiles a selection against this cache's fields.
+func (c *Cache) compile(namespace string, label labels.Selector, field fields.Selector, shard sharding.Selector) (*held.Predicate, error) {
+	return held.Compile(c.fieldIDs, c.hexShards, namespace, label, field, shard)
+}
+
+// objectMaker is the Cache as the dispatcher's held.ObjectMaker.
+type objectMaker struct{ c *Cache }
+
+func (m objectMaker) Object(e *held.Entry) runtime.Object         { return m.c.object(e) }
+func (m objectMaker) WithRV(e *held.Entry, rv uint64) *held.Entry { return m.c.withRV(e, rv) }
+func (m objectMaker) NewObject(obj runtime.Object) runtime.Object { return NewObject(obj, nil) }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"k8s.io/apimachinery/pkg/api/errors"
@@ -15,11 +14,6 @@ import (
 
 // Every error the cache returns is a *errors.StatusError carrying the code and
 // message kube-apiserver would give for the same request.
-
-// errTooOldRV: a watch or Exact read reaches back before the retained history.
-func errTooOldRV(rv, oldest uint64) error {
-	return errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, oldest))
-}
 
 // errListTooOld is etcd3's answer to an Exact LIST at a compacted revision.
 func errListTooOld() error {
@@ -65,11 +59,6 @@ func parseRV(s string) (uint64, error) {
 		return 0, errors.NewBadRequest(fmt.Sprintf("invalid resource version: %v", err))
 	}
 	return rv, nil
-}
-
-// errStopped answers the watches that arrive after Stop.
-func errStopped(gr schema.GroupResource) error {
-	return errors.NewServiceUnavailable(fmt.Sprintf("the cache of %s is stopped", gr))
 }
 
 // errWatcher is a watch whose stream is one ERROR event: how kube-apiserver

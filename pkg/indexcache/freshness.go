@@ -28,7 +28,7 @@ func (c *Cache) WaitUntil(ctx context.Context, rv uint64, askProgress bool, slot
 
 // checkReady fails like kube-apiserver's cacher until the first list loaded.
 func (c *Cache) checkReady() error {
-	if !c.store.hasSynced() {
+	if !c.store.HasSynced() {
 		return errNotReady()
 	}
 	return nil
@@ -74,7 +74,7 @@ func (c *Cache) waitFor(ctx context.Context, rv uint64) error {
 func (c *Cache) waitUntil(ctx context.Context, rv uint64, askProgress bool, slots chan struct{}) (slot bool, err error) {
 	var timeout, retry <-chan time.Time
 	for {
-		cur, changed := c.store.progress()
+		cur, changed := c.store.Progress()
 		if cur >= rv {
 			return false, nil
 		}

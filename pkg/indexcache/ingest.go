@@ -7,6 +7,9 @@ import (
 	"github.com/google/btree"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/store"
 )
 
 // IngestStore is what a client-go Reflector writes into.
@@ -43,19 +46,19 @@ func (i *ingest) UpdateResourceVersion(rv string) {
 		klog.V(4).InfoS("Ignoring an invalid resourceVersion", "resource", i.c.resource, "resourceVersion", rv)
 		return
 	}
-	i.c.store.advanceTo(v)
+	i.c.store.AdvanceTo(v)
 }
 
 func (i *ingest) List() []interface{} {
 	c := i.c
-	out := make([]interface{}, 0, c.store.size())
-	c.store.each(func(e *entry) bool { out = append(out, c.decoded(e)); return true })
+	out := make([]interface{}, 0, c.store.Size())
+	c.store.Each(func(e *held.Entry) bool { out = append(out, c.decoded(e)); return true })
 	return out
 }
 
 func (i *ingest) ListKeys() []string {
-	out := make([]string, 0, i.c.store.size())
-	i.c.store.each(func(e *entry) bool { out = append(out, e.key); return true })
+	out := make([]string, 0, i.c.store.Size())
+	i.c.store.Each(func(e *held.Entry) bool { out = append(out, e.Key); return true })
 	return out
 }
 
@@ -68,14 +71,14 @@ func (i *ingest) Get(obj interface{}) (interface{}, bool, error) {
 }
 
 func (i *ingest) GetByKey(key string) (interface{}, bool, error) {
-	if e, ok := i.c.store.get(key); ok {
+	if e, ok := i.c.store.Get(key); ok {
 		return i.c.decoded(e), true, nil
 	}
 	return nil, false, nil
 }
 
 // toEntry transforms what the reflector delivered into an entry.
-func (c *Cache) toEntry(obj interface{}) (*entry, error) {
+func (c *Cache) toEntry(obj interface{}) (*held.Entry, error) {
 	o, err := c.cfg.Transform(obj)
 	if err != nil {
 		return nil, err
@@ -87,14 +90,14 @@ func (c *Cache) toEntry(obj interface{}) (*entry, error) {
 // dispatcher, which delivers it to the watchers it concerns.
 func (c *Cache) apply(obj interface{}, deleted bool) error {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		c.store.tombstone(tomb.Key)
+		c.store.Tombstone(tomb.Key)
 		return nil
 	}
 	e, err := c.toEntry(obj)
 	if err != nil {
 		return err
 	}
-	c.store.apply(e, deleted)
+	c.store.Apply(e, deleted)
 	return nil
 }
 
@@ -121,16 +124,16 @@ func (i *ingest) Replace(list []interface{}, resourceVersion string) error {
 		return fmt.Errorf("invalid list resourceVersion %q", resourceVersion)
 	}
 	// Build the new state without holding any lock readers or dispatch use.
-	tree := btree.NewG(32, lessEntry)
+	tree := btree.NewG(32, store.LessEntry)
 	for _, obj := range list {
 		e, err := c.toEntry(obj)
 		if err != nil {
 			return err
 		}
-		e.cell = &cell{e: e}
+		e.Cell = &held.Cell{E: e}
 		tree.ReplaceOrInsert(e)
 	}
 
-	c.store.replace(tree, listRV)
+	c.store.Replace(tree, listRV)
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/history"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/store"
 )
 
 // TestContinueWithResourceVersionIsRefused: a continue token names its own
@@ -366,7 +367,7 @@ func TestCandidatesAreSortedOutsideTheLock(t *testing.T) {
 	synced(t, c, list...)
 	sel := labels.SelectorFromSet(labels.Set{"app": "x"})
 	rv := uint64(10)
-	sortingCandidates = func() {
+	store.SortingCandidates = func() {
 		rv++
 		committed := make(chan error, 1)
 		go func() {
@@ -381,7 +382,7 @@ func TestCandidatesAreSortedOutsideTheLock(t *testing.T) {
 			t.Errorf("an update waited %v for a reader sorting its candidates", contractWait)
 		}
 	}
-	defer func() { sortingCandidates = func() {} }()
+	defer func() { store.SortingCandidates = func() {} }()
 	res, err := c.List(context.Background(), ListOptions{Label: sel, Limit: 1, ResourceVersion: "0"})
 	if err != nil || rv != 10 || len(res.Items) != 1 || res.Continue == "" {
 		t.Fatalf("limit=1: %s, %d sorts; want one item, a continue token, no sort", fmtList(res, err), rv-10)

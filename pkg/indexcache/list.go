@@ -12,6 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/store"
 )
 
 // continuePrefix is the key prefix continue tokens of a list across
@@ -52,7 +55,7 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 	}
 	startKey := ""
 	prefix := c.tokenPrefix(opts.Namespace)
-	var v view
+	var v store.View
 	switch {
 	case opts.Continue != "":
 		key, rv, err := storage.DecodeContinue(opts.Continue, prefix)
@@ -71,17 +74,17 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 			if err := c.waitConsistent(ctx); err != nil {
 				return nil, err
 			}
-			v = c.store.live(pred, opts.Limit > 0)
+			v = c.store.Live(pred, opts.Limit > 0)
 			break
 		}
-		if c.store.checkNotOldHistory(uint64(rv)) != nil {
+		if c.store.CheckNotOldHistory(uint64(rv)) != nil {
 			return nil, errContinueExpired(continuePrefix+startKey, prefix)
 		}
 		// A token from a replica that is ahead: wait to reach its state.
 		if err := c.waitFor(ctx, uint64(rv)); err != nil {
 			return nil, err
 		}
-		if v, err = c.store.stateAt(uint64(rv), pred); err != nil {
+		if v, err = c.store.StateAt(uint64(rv), pred); err != nil {
 			if isExpired(err) {
 				return nil, errContinueExpired(continuePrefix+startKey, prefix)
 			}
@@ -99,13 +102,13 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		if err != nil {
 			return nil, err
 		}
-		if err := c.store.checkNotOldHistory(rv); err != nil {
+		if err := c.store.CheckNotOldHistory(rv); err != nil {
 			return nil, err
 		}
 		if err := c.waitFor(ctx, rv); err != nil {
 			return nil, err
 		}
-		if v, err = c.store.stateAt(rv, pred); err != nil {
+		if v, err = c.store.StateAt(rv, pred); err != nil {
 			if isExpired(err) {
 				// kube-apiserver reads such a list from etcd, which
 				// answers this once the revision is compacted.
@@ -117,7 +120,7 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		if err := c.waitFresh(ctx, opts.ResourceVersion); err != nil {
 			return nil, err
 		}
-		v = c.store.live(pred, opts.Limit > 0)
+		v = c.store.Live(pred, opts.Limit > 0)
 	}
 	return c.page(v, pred, prefix, startKey, opts.Limit), nil
 }
@@ -129,16 +132,16 @@ func isExpired(err error) bool {
 
 // anyAfter tells whether tree has an object after key under prefix (a
 // namespace's "/ns/", or "/" for all).
-func anyAfter(tree *btree.BTreeG[*entry], prefix, key string) bool {
+func anyAfter(tree *btree.BTreeG[*held.Entry], prefix, key string) bool {
 	found := false
-	fn := func(e *entry) bool {
-		found = e.key > key
+	fn := func(e *held.Entry) bool {
+		found = e.Key > key
 		return !found
 	}
 	if ns := strings.TrimPrefix(prefix, continuePrefix); ns != "" {
-		tree.AscendRange(&entry{key: key}, &entry{key: strings.TrimSuffix(ns, "/") + "0"}, fn) // '0' follows '/'
+		tree.AscendRange(&held.Entry{Key: key}, &held.Entry{Key: strings.TrimSuffix(ns, "/") + "0"}, fn) // '0' follows '/'
 	} else {
-		tree.AscendGreaterOrEqual(&entry{key: key}, fn)
+		tree.AscendGreaterOrEqual(&held.Entry{Key: key}, fn)
 	}
 	return found
 }
@@ -155,44 +158,44 @@ func continueToken(key, prefix string, rv int64) (string, error) {
 
 // page selects one page from a view, from the index candidates when there
 // are some, else by scanning; its continue token is relative to prefix.
-func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int64) *ListResult {
-	res := &ListResult{ResourceVersion: v.rv}
-	var matched []*entry
-	collect := func(e *entry) bool {
-		if !pred.matches(e) {
+func (c *Cache) page(v store.View, pred *held.Predicate, prefix, startKey string, limit int64) *ListResult {
+	res := &ListResult{ResourceVersion: v.RV}
+	var matched []*held.Entry
+	collect := func(e *held.Entry) bool {
+		if !pred.Matches(e) {
 			return true
 		}
 		matched = append(matched, e)
 		return limit <= 0 || int64(len(matched)) < limit
 	}
-	if v.indexed {
-		res.Index = v.index
-		matched = firstMatches(v.candidates, pred, startKey, limit)
+	if v.Indexed {
+		res.Index = v.Index
+		matched = firstMatches(v.Candidates, pred, startKey, limit)
 	} else {
-		if pred.selectsAll() && !c.store.inOneNamespace(pred) {
+		if pred.SelectsAll() && !c.store.InOneNamespace(pred) {
 			// Every object from startKey on: no regrowing for a full LIST.
-			n := int64(v.tree.Len())
+			n := int64(v.Tree.Len())
 			if limit > 0 {
 				n = min(n, limit)
 			}
-			matched = make([]*entry, 0, n)
+			matched = make([]*held.Entry, 0, n)
 		}
 		scanned := 0
-		res.Index = c.store.scan(v.tree, pred, startKey, func(e *entry) bool { scanned++; return collect(e) })
+		res.Index = c.store.Scan(v.Tree, pred, startKey, func(e *held.Entry) bool { scanned++; return collect(e) })
 		c.advice.Scanned(adviceKeys(pred), scanned, len(matched))
 	}
-	c.m.list(res.Index)
+	c.m.List(res.Index)
 	res.Items = c.objects(matched)
-	res.Whole = pred.selectsAll()
+	res.Whole = pred.SelectsAll()
 	// As kube-apiserver's cacher and etcd store do, a full page continues
 	// when its scope (the namespace, or everything) has any object after
 	// the page's last, whether or not it matches: the continue token (and
 	// so the body) is kube-apiserver's.
-	if limit <= 0 || int64(len(matched)) < limit || !anyAfter(v.tree, prefix, matched[len(matched)-1].key) {
+	if limit <= 0 || int64(len(matched)) < limit || !anyAfter(v.Tree, prefix, matched[len(matched)-1].Key) {
 		return res
 	}
-	next := matched[len(matched)-1].key + "\x00"
-	token, err := continueToken(continuePrefix+next, prefix, int64(v.rv))
+	next := matched[len(matched)-1].Key + "\x00"
+	token, err := continueToken(continuePrefix+next, prefix, int64(v.RV))
 	if err != nil {
 		// Keys of a namespace's list always carry its prefix; nothing a
 		// client can cause.
@@ -200,25 +203,25 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 	}
 	res.Continue = token
 	switch {
-	case pred.selectsAll() && !c.store.inOneNamespace(pred) && startKey == "":
+	case pred.SelectsAll() && !c.store.InOneNamespace(pred) && startKey == "":
 		// The first page of everything holds the first len(matched)
 		// objects: the rest is the tree's size less those, no walk over
 		// them (a full LIST's first page of a million pods).
-		n := int64(v.tree.Len() - len(matched))
+		n := int64(v.Tree.Len() - len(matched))
 		res.RemainingItemCount = &n
-	case pred.selectsAll():
+	case pred.SelectsAll():
 		// Like kube-apiserver, only for an unfiltered list (a namespace is
 		// not a filter): the rest of the range, counted.
 		n := int64(0)
-		c.store.scan(v.tree, pred, next, func(e *entry) bool {
-			if pred.matches(e) {
+		c.store.Scan(v.Tree, pred, next, func(e *held.Entry) bool {
+			if pred.Matches(e) {
 				n++
 			}
 			return true
 		})
 		res.RemainingItemCount = &n
 	}
-	c.store.keepSnapshot(v)
+	c.store.KeepSnapshot(v)
 	return res
 }
 
@@ -227,40 +230,40 @@ func (c *Cache) page(v view, pred *predicate, prefix, startKey string, limit int
 // order and possibly repeated (collect): a page keeps the limit smallest in
 // a heap, so its work is one predicate per candidate, not a sort of the
 // whole bucket.
-func firstMatches(cands []*entry, pred *predicate, startKey string, limit int64) []*entry {
+func firstMatches(cands []*held.Entry, pred *held.Predicate, startKey string, limit int64) []*held.Entry {
 	if limit <= 0 {
-		var out []*entry
+		var out []*held.Entry
 		for _, e := range cands {
-			if e.key >= startKey && pred.matches(e) {
+			if e.Key >= startKey && pred.Matches(e) {
 				out = append(out, e)
 			}
 		}
-		return sortCandidates(out)
+		return store.SortCandidates(out)
 	}
 	h := &keyHeap{}
 	in := map[string]bool{}
 	for _, e := range cands {
-		if e.key < startKey || (int64(len(*h)) >= limit && e.key >= (*h)[0].key) || in[e.key] || !pred.matches(e) {
+		if e.Key < startKey || (int64(len(*h)) >= limit && e.Key >= (*h)[0].Key) || in[e.Key] || !pred.Matches(e) {
 			continue
 		}
 		stdheap.Push(h, e)
-		in[e.key] = true
+		in[e.Key] = true
 		if int64(len(*h)) > limit {
-			delete(in, stdheap.Pop(h).(*entry).key)
+			delete(in, stdheap.Pop(h).(*held.Entry).Key)
 		}
 	}
-	out := []*entry(*h)
-	slices.SortFunc(out, func(a, b *entry) int { return strings.Compare(a.key, b.key) })
+	out := []*held.Entry(*h)
+	slices.SortFunc(out, func(a, b *held.Entry) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
 
 // keyHeap is a max-heap of entries by key.
-type keyHeap []*entry
+type keyHeap []*held.Entry
 
 func (h keyHeap) Len() int           { return len(h) }
-func (h keyHeap) Less(i, j int) bool { return h[i].key > h[j].key }
+func (h keyHeap) Less(i, j int) bool { return h[i].Key > h[j].Key }
 func (h keyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *keyHeap) Push(x any)        { *h = append(*h, x.(*entry)) }
+func (h *keyHeap) Push(x any)        { *h = append(*h, x.(*held.Entry)) }
 func (h *keyHeap) Pop() any {
 	old := *h
 	e := old[len(old)-1]

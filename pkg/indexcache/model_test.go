@@ -671,7 +671,7 @@ func checkList(ctx context.Context, t *testing.T, c *Cache, m *model, q query) *
 	if l.opts.ResourceVersion != "" && l.opts.ResourceVersion != "0" && l.opts.Limit > 0 {
 		exact = true // resourceVersion=N&limit=L is Exact, as in kube-apiserver
 	}
-	oldest := c.store.window.StartRV()
+	oldest := c.store.Window().StartRV()
 	l.first = fmt.Sprintf("rv=%s match=%s limit=%d", l.opts.ResourceVersion, l.opts.ResourceVersionMatch, l.opts.Limit)
 	res, err := c.List(ctx, l.opts)
 	rv, _ := strconv.ParseUint(l.opts.ResourceVersion, 10, 64)
@@ -783,7 +783,7 @@ func startWatch(ctx context.Context, t *testing.T, c *Cache, m *model) *recorded
 		}
 	}
 	rw.descr = fmt.Sprintf("rv=%q sendInitialEvents=%v bookmarks=%v", opts.ResourceVersion, opts.SendInitialEvents != nil && *opts.SendInitialEvents, opts.AllowWatchBookmarks)
-	oldest := c.store.window.StartRV()
+	oldest := c.store.Window().StartRV()
 	// Before the window, or before a relist that changed the cache: 410.
 	// Before a relist that only moved the resourceVersion: 410 or the events.
 	require410 := from > 0 && (from < oldest || from < m.hardRV)

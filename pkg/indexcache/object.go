@@ -4,15 +4,16 @@ import (
 	"bytes"
 	"io"
 	"reflect"
-	"slices"
+	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // Object is an object as the cache holds it and hands it out: the items of
@@ -35,14 +36,20 @@ type Object struct {
 	mu      sync.RWMutex
 	obj     runtime.Object // nil while the entry is held compact
 	meta    metav1.Object
-	private bool  // obj is the wrapper's own copy
-	kept    *kept // the entry's; nil once private
+	private bool       // obj is the wrapper's own copy
+	kept    *held.Kept // the entry's; nil once private
 	enc     Encoder
 	// src is a compact entry, decoded on demand by from (Config.Compaction).
-	src  *entry
+	src  *held.Entry
 	from *Cache
 	typ  reflect.Type // of the decoded object
 }
+
+// Pack is a buffer of kept pieces of consecutive objects (Object.Move).
+type Pack = held.Pack
+
+// NewPack makes a pack of buf, which is never modified after.
+func NewPack(buf []byte) *Pack { return held.NewPack(buf) }
 
 // Encoder writes held objects in the serving layer's wire formats, keeping
 // the pieces it makes with Object.Kept. It is given to the cache like
@@ -54,115 +61,6 @@ type Encoder interface {
 	CacheEncode(o *Object, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error
 }
 
-// kept holds an entry's serializations: few (one per wire format asked
-// for), added once, read without locks.
-type kept struct {
-	pieces atomic.Pointer[[]piece]
-	// making is held while a missing piece is made, so that watchers
-	// writing one new version at once encode it once, not once each.
-	making sync.Mutex
-}
-
-type piece struct {
-	format string
-	raw    []byte
-	// pack is the buffer raw lies in at offset at, when it was moved there
-	// (Object.Move); nil when raw is a buffer of its own.
-	pack *Pack
-	at   int
-}
-
-// Pack is one buffer holding the kept pieces of objects that are read one
-// after another (a LIST's consecutive items), so that a reader can write a
-// run of them as it lies instead of copying each piece. What it holds is
-// the writer's business (package anyresource lays out JSON list items).
-type Pack struct{ buf []byte }
-
-// NewPack makes a pack of buf, which is never modified after.
-func NewPack(buf []byte) *Pack { return &Pack{buf: buf} }
-
-// Bytes is the pack's buffer: read only.
-func (p *Pack) Bytes() []byte { return p.buf }
-
-func (k *kept) get(format string) []byte {
-	return k.piece(format).raw
-}
-
-func (k *kept) piece(format string) piece {
-	if p := k.pieces.Load(); p != nil {
-		for _, pc := range *p {
-			if pc.format == format {
-				return pc
-			}
-		}
-	}
-	return piece{}
-}
-
-// move keeps format's piece at pack.buf[at:at+len(raw)] instead, unless it
-// was never kept.
-func (k *kept) move(format string, pack *Pack, at int) {
-	for {
-		old := k.pieces.Load()
-		if old == nil {
-			return
-		}
-		next := make([]piece, len(*old))
-		copy(next, *old)
-		i := slices.IndexFunc(next, func(pc piece) bool { return pc.format == format })
-		if i < 0 {
-			return
-		}
-		n := len(next[i].raw)
-		next[i].raw, next[i].pack, next[i].at = pack.buf[at:at+n:at+n], pack, at
-		if k.pieces.CompareAndSwap(old, &next) {
-			return
-		}
-	}
-}
-
-// add keeps raw unless a concurrent encoder kept the format first; it
-// returns what is kept.
-func (k *kept) add(format string, raw []byte) []byte {
-	for {
-		old := k.pieces.Load()
-		var cur []piece
-		if old != nil {
-			cur = *old
-			for _, pc := range cur {
-				if pc.format == format {
-					return pc.raw
-				}
-			}
-		}
-		next := make([]piece, len(cur), len(cur)+1)
-		copy(next, cur)
-		next = append(next, piece{format: format, raw: raw})
-		if k.pieces.CompareAndSwap(old, &next) {
-			return raw
-		}
-	}
-}
-
-// first is the piece kept first: a compact entry's full form.
-func (k *kept) first() piece {
-	if p := k.pieces.Load(); p != nil && len(*p) > 0 {
-		return (*p)[0]
-	}
-	return piece{}
-}
-
-// size is the bytes kept, for the memory accounting of benchmarks.
-func (k *kept) size() int {
-	n := 0
-	if p := k.pieces.Load(); p != nil {
-		for _, pc := range *p {
-			n += len(pc.raw)
-		}
-	}
-	return n
-}
-
 var (
 	_ runtime.CacheableObject = &Object{}
 	_ metav1.Object           = &Object{}
@@ -171,7 +69,7 @@ var (
 
 // NewObject holds obj outside any cache (tests, objects read elsewhere):
 // its serializations are kept with it while it lives.
-func NewObject(obj runtime.Object, enc Encoder) *Object { return newObject(obj, &kept{}, enc) }
+func NewObject(obj runtime.Object, enc Encoder) *Object { return newObject(obj, &held.Kept{}, enc) }
 
 // Type is the Go type of the decoded object, known without decoding it.
 func (o *Object) Type() reflect.Type {
@@ -201,13 +99,13 @@ func (o *Object) ensure() {
 	o.mu.Unlock()
 }
 
-func newObject(obj runtime.Object, k *kept, enc Encoder) *Object {
+func newObject(obj runtime.Object, k *held.Kept, enc Encoder) *Object {
 	o := &Object{}
 	o.init(obj, k, enc)
 	return o
 }
 
-func (o *Object) init(obj runtime.Object, k *kept, enc Encoder) {
+func (o *Object) init(obj runtime.Object, k *held.Kept, enc Encoder) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		// Every cached object has metadata: entries are built from accessors.
@@ -241,26 +139,14 @@ func (o *Object) Kept(format string, make func() ([]byte, error)) ([]byte, error
 	k := o.kept
 	o.mu.RUnlock()
 	if k != nil {
-		if raw := k.get(format); raw != nil {
+		if raw := k.Get(format); raw != nil {
 			return raw, nil
 		}
 	}
 	if k == nil {
 		return make()
 	}
-	k.making.Lock()
-	defer k.making.Unlock()
-	if raw := k.get(format); raw != nil {
-		return raw, nil
-	}
-	raw, err := make()
-	if err != nil {
-		return raw, err
-	}
-	if raw == nil {
-		raw = []byte{}
-	}
-	return k.add(format, raw), nil
+	return k.Make(format, make)
 }
 
 // KeptIn returns the piece kept under format and the pack it lies in (nil,
@@ -273,8 +159,8 @@ func (o *Object) KeptIn(format string) (raw []byte, pack *Pack, at int, ok bool)
 	if k == nil {
 		return nil, nil, 0, false
 	}
-	pc := k.piece(format)
-	return pc.raw, pc.pack, pc.at, pc.raw != nil
+	pc := k.Piece(format)
+	return pc.Raw, pc.Pack, pc.At, pc.Raw != nil
 }
 
 // Move keeps the piece kept under format at pack.Bytes()[at:], where the
@@ -286,7 +172,7 @@ func (o *Object) Move(format string, pack *Pack, at int) {
 	k := o.kept
 	o.mu.RUnlock()
 	if k != nil {
-		k.move(format, pack, at)
+		k.Move(format, pack, at)
 	}
 }
 
@@ -448,4 +334,26 @@ func (o *Object) SetOwnerReferences(v []metav1.OwnerReference) {
 }
 func (o *Object) SetManagedFields(v []metav1.ManagedFieldsEntry) {
 	o.set(func() bool { return false }, func() { o.meta.SetManagedFields(v) })
+}
+
+// withResourceVersion returns a shallow copy of obj with another
+// resourceVersion; the cached object itself is never modified.
+func withResourceVersion(obj runtime.Object, rv uint64) runtime.Object {
+	out := shallowCopy(obj)
+	if m, err := meta.Accessor(out); err == nil {
+		m.SetResourceVersion(strconv.FormatUint(rv, 10))
+	}
+	return out
+}
+
+// shallowCopy copies the top-level struct of obj: enough for encoders that
+// stamp apiVersion and kind, and for changing the resourceVersion.
+func shallowCopy(obj runtime.Object) runtime.Object {
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return obj.DeepCopyObject()
+	}
+	cp := reflect.New(v.Elem().Type())
+	cp.Elem().Set(v.Elem())
+	return cp.Interface().(runtime.Object)
 }

@@ -5,12 +5,14 @@
 // registry reads from it with List, Get and Watch. It knows nothing about HTTP.
 // Errors it returns are apimachinery StatusErrors, ready to hand to a client.
 //
-// Within the package the cache is two types behind the Cache façade, as
-// upstream's cacher splits its watchCache from its Cacher: the store (the
-// objects, indexes, event window and snapshots) and the dispatcher (the
-// watchers, routing, delivery and bookmarks), coupled only by the hand-off
-// of committed changes in resourceVersion order (handoff.go; cache.go has
-// the locks).
+// The cache is two types behind the Cache façade, each in a package of its
+// own under internal/, as upstream's cacher splits its watchCache from its
+// Cacher: store (the objects, indexes, event window and snapshots) and
+// dispatch (the watchers, routing, delivery and bookmarks). Neither imports
+// the other: they share held (entries, events, predicates, routes)
+// and cachemetrics, and are coupled only by the hand-off of committed
+// changes in resourceVersion order (held.Committed; cache.go has the
+// locks).
 //
 // Jobs that need none of the cache's state live in rooms of their own:
 // advice (what a missing index costs), history (the event window and the
@@ -29,6 +31,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/sharding"
 	"k8s.io/utils/clock"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/cachemetrics"
 )
 
 // FieldFunc returns the values of one selectable field of an object. Most fields
@@ -52,7 +56,7 @@ type Config struct {
 	// which is decoded on demand.
 	Compaction Compaction
 	// Encoder writes held objects in the serving layer's wire formats and
-	// decides what of it is kept with each object version (object.go). Nil
+	// decides what of it is kept with each object version (held.Object). Nil
 	// keeps each encoder's output whole.
 	Encoder Encoder
 	// Fields are all selectable fields (besides metadata.namespace, which the cache
@@ -148,9 +152,4 @@ type WatchOptions struct {
 }
 
 // IndexStat describes one index, for IndexPolicy status and metrics.
-type IndexStat struct {
-	Name           string // "label:<key>" or "field:<path>"
-	Values         int    // distinct values
-	Objects        int    // entries (object references)
-	EstimatedBytes int64
-}
+type IndexStat = cachemetrics.IndexStat

@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/sharding"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/dispatch"
 )
 
 // BenchmarkNoStalls: what one kind of client traffic costs everyone else.
@@ -77,7 +79,7 @@ func reportLatency(b *testing.B, name string, d []time.Duration) {
 func nestedShards(b *testing.B, c *Cache, stop <-chan struct{}, churn bool) {
 	const n = 4000
 	step := ^uint64(0) / (2 * n)
-	open := func(i int) *watcher {
+	open := func(i int) *dispatch.Watcher {
 		sel := sharding.NewSelector(sharding.ShardRangeRequirement{Key: "object.metadata.uid",
 			Start: fmt.Sprintf("0x%016x", uint64(i)*step), End: fmt.Sprintf("0x%016x", ^uint64(0)-uint64(i)*step)})
 		w, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: strconv.FormatUint(c.ResourceVersion(), 10), Shard: sel})
@@ -86,9 +88,9 @@ func nestedShards(b *testing.B, c *Cache, stop <-chan struct{}, churn bool) {
 			return nil
 		}
 		drain(w)
-		return w.(*watcher)
+		return w.(*dispatch.Watcher)
 	}
-	ws := make([]*watcher, n)
+	ws := make([]*dispatch.Watcher, n)
 	for i := range ws {
 		ws[i] = open(i)
 	}
@@ -153,9 +155,9 @@ func relistLoop(b *testing.B, c *Cache, stop <-chan struct{}) {
 			return
 		default:
 		}
-		c.store.ingestMu.Lock() // read the RV with no update landing in between
+		c.store.LockIngest() // read the RV with no update landing in between
 		rv := c.ResourceVersion()
-		c.store.ingestMu.Unlock()
+		c.store.UnlockIngest()
 		list[0] = updated(tpl, 0, rv)
 		if err := c.Ingest().Replace(list, strconv.FormatUint(rv, 10)); err != nil {
 			b.Error(err)

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // statsSample is how many objects the average size is taken from, and
@@ -34,8 +36,8 @@ func (c *Cache) Stats() storage.Stats {
 		return c.statsMemo.stats
 	}
 	var sampled, bytes int64
-	n := c.store.each(func(e *entry) bool {
-		if raw := e.kept.first().raw; len(raw) > 0 {
+	n := c.store.Each(func(e *held.Entry) bool {
+		if raw := e.Kept.First().Raw; len(raw) > 0 {
 			sampled++
 			bytes += int64(len(raw))
 		}

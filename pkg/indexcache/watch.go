@@ -6,6 +6,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/dispatch"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/store"
 )
 
 // maxRegisterAttempts bounds how often a watch redoes its preparation
@@ -67,7 +71,7 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 			return newErrWatcher(err), nil
 		}
 	}
-	w := c.disp.newWatcher(pred, opts.AllowWatchBookmarks)
+	w := c.disp.NewWatcher(pred, opts.AllowWatchBookmarks)
 	for attempt := range maxRegisterAttempts {
 		// The last attempt prepares under the lock, so neither a relist nor
 		// an event window turning over meanwhile can send it back.
@@ -80,7 +84,7 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 			return nil, err
 		}
 		if ok {
-			return w.begin(ctx), nil
+			return w.Begin(ctx), nil
 		}
 	}
 	return nil, errRestartedWhileStarting()
@@ -92,48 +96,48 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 // committed, while it prepared without the lock (prepare again). locked
 // prepares under the write lock instead: it cannot be sent back, and costs
 // ingest the preparation, so it is the last resort.
-func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark bool, fromRV uint64, locked bool) (bool, error) {
-	s, pred := c.store, w.pred
-	lock, unlock := s.mu.RLock, s.mu.RUnlock
+func (c *Cache) register(w *dispatch.Watcher, pre []watch.Event, sendState, endBookmark bool, fromRV uint64, locked bool) (bool, error) {
+	s, pred := c.store, w.Pred
+	lock, unlock := s.RLock, s.RUnlock
 	if locked {
-		lock, unlock = s.mu.Lock, s.mu.Unlock
+		lock, unlock = s.Lock, s.Unlock
 	}
 	lock()
-	st, err := s.prepareWatchLocked(pred, sendState, fromRV)
+	st, err := s.PrepareWatchLocked(pred, sendState, fromRV)
 	if err != nil {
 		unlock()
 		return false, err
 	}
 	if !locked {
-		s.mu.RUnlock()
+		s.RUnlock()
 	}
-	at := st.at.rv
+	at := st.At.RV
 
 	initial := pre[:len(pre):len(pre)] // appends copy: pre serves every attempt
 	if sendState {
-		v := st.state
-		entries := v.candidates
-		if v.indexed {
-			entries = sortCandidates(entries)
+		v := st.State
+		entries := v.Candidates
+		if v.Indexed {
+			entries = store.SortCandidates(entries)
 		} else {
 			entries = nil
-			s.scan(v.tree, pred, "", func(e *entry) bool { entries = append(entries, e); return true })
+			s.Scan(v.Tree, pred, "", func(e *held.Entry) bool { entries = append(entries, e); return true })
 		}
 		initial = make([]watch.Event, 0, len(entries)+1)
 		initial = append(initial, pre...)
 		for _, e := range entries {
-			if pred.matches(e) {
+			if pred.Matches(e) {
 				// A wrapper per event (setters copy), the serializations
 				// kept with the entry.
 				initial = append(initial, watch.Event{Type: watch.Added, Object: c.object(e)})
 			}
 		}
-		if !v.indexed {
+		if !v.Indexed {
 			c.advice.Scanned(adviceKeys(pred), len(entries), len(initial))
 		}
 	}
-	for _, ev := range st.replay {
-		if out, ok := w.convert(ev); ok {
+	for _, ev := range st.Replay {
+		if out, ok := w.Convert(ev); ok {
 			initial = append(initial, out)
 		}
 	}
@@ -143,15 +147,15 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 		// at; its end bookmark says so, and what was committed meanwhile
 		// follows as later events (kube-apiserver sends only ADDED before
 		// the bookmark).
-		initial = append(initial, bookmarkEvent(c.cfg.NewFunc(), at, true))
+		initial = append(initial, dispatch.BookmarkEvent(c.cfg.NewFunc(), at, true))
 	}
 
 	// Complete with what was committed meanwhile, and register.
 	if !locked {
-		s.mu.Lock()
+		s.Lock()
 	}
-	defer s.mu.Unlock()
-	events, now, ok, err := s.sinceLocked(st)
+	defer s.Unlock()
+	events, now, ok, err := s.SinceLocked(st)
 	if !ok {
 		return false, err
 	}
@@ -163,32 +167,32 @@ func (c *Cache) register(w *watcher, pre []watch.Event, sendState, endBookmark b
 		skipTo = fromRV
 	}
 	for _, ev := range events {
-		if ev.rv <= skipTo {
+		if ev.RV() <= skipTo {
 			continue
 		}
-		if out, ok := w.convert(ev); ok {
+		if out, ok := w.Convert(ev); ok {
 			initial = append(initial, out)
 		}
 	}
-	w.startSeq, w.generation = now.seq, now.generation
-	if fromRV > now.rv {
-		w.fromRV = fromRV
+	w.StartSeq, w.Generation = now.Seq, now.Generation
+	if fromRV > now.RV {
+		w.FromRV = fromRV
 	}
-	w.sentRV.Store(max(now.rv, fromRV))
-	w.start(initial, c.cfg.WatchBuffer)
-	// Still under store.mu: the next event committed is after startSeq, and
+	w.SentRV.Store(max(now.RV, fromRV))
+	w.Start(initial, c.cfg.WatchBuffer)
+	// Still under Store.mu: the next event committed is after StartSeq, and
 	// is handed off, so dispatched, only once w is registered.
-	c.disp.add(w, c.chooseRouteLocked(pred))
+	c.disp.Add(w, c.chooseRouteLocked(pred))
 	return true, nil
 }
 
 // chooseRouteLocked is where a watcher of p is registered: the route the
-// store prices cheapest. The caller holds store.mu.
-func (c *Cache) chooseRouteLocked(p *predicate) route {
+// store prices cheapest. The caller holds Store.mu.
+func (c *Cache) chooseRouteLocked(p *held.Predicate) held.Route {
 	if c.broadcast {
-		return route{kind: routeUnindexed}.withName()
+		return held.Route{Kind: held.RouteUnindexed}.WithName()
 	}
-	return c.store.routeLocked(p)
+	return c.store.RouteLocked(p)
 }
 
 // WatchFromState opens a consistent watch (ResourceVersion "" with
@@ -222,29 +226,19 @@ func (c *Cache) WatchFromState(ctx context.Context, opts WatchOptions, objs []ru
 		pre = append(pre, watch.Event{Type: watch.Added, Object: c.object(e)})
 	}
 	if opts.AllowWatchBookmarks {
-		pre = append(pre, bookmarkEvent(c.cfg.NewFunc(), rv, true))
+		pre = append(pre, dispatch.BookmarkEvent(c.cfg.NewFunc(), rv, true))
 	}
-	w := c.disp.newWatcher(pred, opts.AllowWatchBookmarks)
+	w := c.disp.NewWatcher(pred, opts.AllowWatchBookmarks)
 	for attempt := range maxRegisterAttempts {
 		ok, err := c.register(w, pre, false, false, rv, attempt == maxRegisterAttempts-1)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			return w.begin(ctx), nil
+			return w.Begin(ctx), nil
 		}
 	}
 	return nil, errRestartedWhileStarting()
-}
-
-// begin begins a registered watcher: it stops when ctx ends, and sends a
-// bookmark before ctx's deadline if it takes bookmarks.
-func (w *watcher) begin(ctx context.Context) watch.Interface {
-	w.stopWith(ctx)
-	if deadline, ok := ctx.Deadline(); ok && w.allowBookmarks {
-		w.bookmarkBefore(deadline)
-	}
-	return w
 }
 
 // errRestartedWhileStarting: every attempt to register a watcher was sent

@@ -1,4 +1,8 @@
-package indexcache
+package store
+
+import (
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+)
 
 // Past states, for continue tokens and Exact reads. A retained snapshot
 // (package history keeps them) shares every unchanged node and entry with
@@ -11,27 +15,27 @@ package indexcache
 // however often it is read. So what a snapshot pins is bounded by the
 // window's retention; unused ones are dropped sooner (SnapshotRetention).
 
-// stateAt returns the state at rv: a retained snapshot, the live state when
+// StateAt returns the state at rv: a retained snapshot, the live state when
 // rv is current, or the live state with the newer events undone; with the
 // index candidates of pred in it when an index applies. It fails with 410
 // when the event window no longer reaches back to rv. The caller has waited
 // for the cache to reach rv.
-func (s *store) stateAt(rv uint64, pred *predicate) (view, error) {
+func (s *Store) StateAt(rv uint64, pred *held.Predicate) (View, error) {
 	now := s.clock.Now()
 	s.mu.RLock()
 	cur, oldest := s.rv, s.window.StartRV()
 	if rv < oldest || rv > cur {
 		s.mu.RUnlock()
 		s.snapshots.Drop(rv)
-		return view{}, errTooOldRV(rv, oldest)
+		return View{}, errTooOldRV(rv, oldest)
 	}
 	if tree, ok := s.snapshots.Get(rv, now); ok {
 		s.mu.RUnlock()
-		return s.candidatesAt(view{tree: tree, rv: rv}, pred), nil
+		return s.candidatesAt(View{Tree: tree, RV: rv}, pred), nil
 	}
 	if rv == cur {
-		v := view{tree: s.cloneTree(), rv: rv}
-		v.candidates, v.index, v.indexed = s.indexes.collect(pred)
+		v := View{Tree: s.cloneTree(), RV: rv}
+		v.Candidates, v.Index, v.Indexed = s.indexes.collect(pred)
 		s.mu.RUnlock()
 		return v, nil
 	}
@@ -41,14 +45,14 @@ func (s *store) stateAt(rv uint64, pred *predicate) (view, error) {
 	// Undo newer events, newest first, on the private clone.
 	for i := len(events) - 1; i >= 0; i-- {
 		ev := events[i]
-		if ev.prev == nil {
-			tree.Delete(ev.cur)
+		if ev.Prev == nil {
+			tree.Delete(ev.Cur)
 		} else {
-			tree.ReplaceOrInsert(ev.prev)
+			tree.ReplaceOrInsert(ev.Prev)
 		}
 	}
 	s.snapshots.Add(rv, tree, now)
-	return s.candidatesAt(view{tree: tree, rv: rv}, pred), nil
+	return s.candidatesAt(View{Tree: tree, RV: rv}, pred), nil
 }
 
 // candidatesAt adds to v (a past state's tree) the candidates an index
@@ -57,12 +61,12 @@ func (s *store) stateAt(rv uint64, pred *predicate) (view, error) {
 // what the first did plus the changes since, and nothing is kept per
 // selector. v is returned as it is when no index applies or the window no
 // longer reaches v.rv (then the tree is scanned).
-func (s *store) candidatesAt(v view, pred *predicate) view {
+func (s *Store) candidatesAt(v View, pred *held.Predicate) View {
 	s.mu.RLock()
 	live, name, ok := s.indexes.collect(pred)
-	var events []*storeEvent
+	var events []*held.Event
 	if ok {
-		events, ok = s.window.Since(v.rv)
+		events, ok = s.window.Since(v.RV)
 	}
 	s.mu.RUnlock()
 	if !ok {
@@ -70,33 +74,33 @@ func (s *store) candidatesAt(v view, pred *predicate) view {
 	}
 	changed := make(map[string]bool, len(events))
 	for _, ev := range events {
-		changed[ev.cur.key] = true
+		changed[ev.Cur.Key] = true
 	}
-	out := make([]*entry, 0, len(live)+len(changed))
+	out := make([]*held.Entry, 0, len(live)+len(changed))
 	for _, e := range live {
-		if !changed[e.key] {
+		if !changed[e.Key] {
 			out = append(out, e) // the same entry then and now
 		}
 	}
 	for k := range changed {
-		if e, found := v.tree.Get(&entry{key: k}); found {
+		if e, found := v.Tree.Get(&held.Entry{Key: k}); found {
 			out = append(out, e)
 		}
 	}
-	v.candidates, v.index, v.indexed = out, name, true
+	v.Candidates, v.Index, v.Indexed = out, name, true
 	return v
 }
 
-// keepSnapshot retains the view a page was cut from, so the continue token
+// KeepSnapshot retains the view a page was cut from, so the continue token
 // finds it.
-func (s *store) keepSnapshot(v view) {
-	s.snapshots.Add(v.rv, v.tree, s.clock.Now())
+func (s *Store) KeepSnapshot(v View) {
+	s.snapshots.Add(v.RV, v.Tree, s.clock.Now())
 }
 
-// expireHistory drops the snapshots the window no longer reaches, and the
+// ExpireHistory drops the snapshots the window no longer reaches, and the
 // unused ones. (Events leave the window only when new ones push them out,
 // as from kube-apiserver's watch cache.)
-func (s *store) expireHistory() {
+func (s *Store) ExpireHistory() {
 	now := s.clock.Now()
 	s.mu.RLock()
 	oldest := s.window.StartRV()

@@ -1,4 +1,4 @@
-package indexcache
+package dispatch
 
 import (
 	"strconv"
@@ -10,11 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// bookmarkEvent returns a BOOKMARK at rv: obj, an empty object of the
+// BookmarkEvent returns a BOOKMARK at rv: obj, an empty object of the
 // served type, carrying only the resourceVersion (and, at the end of the
 // initial events, the k8s.io/initial-events-end annotation client-go's
 // WatchList waits for).
-func bookmarkEvent(obj runtime.Object, rv uint64, initialEnd bool) watch.Event {
+func BookmarkEvent(obj runtime.Object, rv uint64, initialEnd bool) watch.Event {
 	if m, err := meta.Accessor(obj); err == nil {
 		m.SetResourceVersion(strconv.FormatUint(rv, 10))
 		if initialEnd {
@@ -24,16 +24,27 @@ func bookmarkEvent(obj runtime.Object, rv uint64, initialEnd bool) watch.Event {
 	return watch.Event{Type: watch.Bookmark, Object: obj}
 }
 
+// Bookmarks go out in up to MaxBookmarkSlices slices of the watchers, one
+// slice at least every MinBookmarkTick, so that each watcher still gets
+// one per BookmarkInterval but 20,000 watchers opened together do not
+// all get theirs in the same instant (each bookmark is an encode, a
+// compressed flush and a write: a burst of them delayed events by a
+// second in the saturation benchmark).
+const (
+	MaxBookmarkSlices = 60
+	MinBookmarkTick   = time.Second
+)
+
 // bookmarkSlicesFor is how many slices the watchers' bookmarks are spread
 // over: one slice per tick of at least minBookmarkTick.
 func bookmarkSlicesFor(interval time.Duration) uint64 {
-	return uint64(min(max(interval/minBookmarkTick, 1), maxBookmarkSlices))
+	return uint64(min(max(interval/MinBookmarkTick, 1), MaxBookmarkSlices))
 }
 
-// requestBookmarks asks the dispatcher to send a bookmark to every watcher
+// RequestBookmarks asks the dispatcher to send a bookmark to every watcher
 // of slice that allows them, in order with the events. A full queue skips
 // this tick: the watchers are getting events anyway.
-func (d *dispatcher) requestBookmarks(slice uint64) {
+func (d *Dispatcher) RequestBookmarks(slice uint64) {
 	select {
 	case d.queue <- dispatchItem{bookmark: true, bookmarkSlice: slice}:
 	default:
@@ -46,11 +57,11 @@ func (d *dispatcher) requestBookmarks(slice uint64) {
 // of the last item it dispatched, so every event up to rv has been offered.
 // A watcher with a full buffer skips this one; bookmarks are never worth
 // blocking for.
-func (d *dispatcher) sendBookmarks(rv, slice uint64) {
+func (d *Dispatcher) sendBookmarks(rv, slice uint64) {
 	d.mu.RLock()
-	var ws []*watcher
+	var ws []*Watcher
 	for w := range d.router.all {
-		if w.allowBookmarks && w.slot%d.bookmarkSlices == slice && w.sentRV.Load() < rv {
+		if w.allowBookmarks && w.slot%d.BookmarkSlices == slice && w.SentRV.Load() < rv {
 			ws = append(ws, w)
 		}
 	}
@@ -64,7 +75,7 @@ func (d *dispatcher) sendBookmarks(rv, slice uint64) {
 // requestBookmarkFor asks the dispatcher to send w a bookmark (the one
 // before its deadline), in order with the events. It waits for room in the
 // queue: the last bookmark of a watch is worth it.
-func (d *dispatcher) requestBookmarkFor(w *watcher) {
+func (d *Dispatcher) requestBookmarkFor(w *Watcher) {
 	select {
 	case d.queue <- dispatchItem{bookmark: true, bookmarkFor: w}:
 	case <-w.done:
@@ -75,18 +86,18 @@ func (d *dispatcher) requestBookmarkFor(w *watcher) {
 // sendBookmarkTo gives w a bookmark at rv, news or not, as kube-apiserver
 // sends the one before a deadline: the client then knows it has everything
 // up to rv. Never below what w was sent.
-func (d *dispatcher) sendBookmarkTo(w *watcher, rv uint64) {
-	if w.allowBookmarks && w.sentRV.Load() <= rv {
-		d.deliverBookmark([]*watcher{w}, rv)
+func (d *Dispatcher) sendBookmarkTo(w *Watcher, rv uint64) {
+	if w.allowBookmarks && w.SentRV.Load() <= rv {
+		d.deliverBookmark([]*Watcher{w}, rv)
 	}
 }
 
 // deliverBookmark sends one bookmark at rv to ws, skipping those whose
 // buffer is full.
-func (d *dispatcher) deliverBookmark(ws []*watcher, rv uint64) {
+func (d *Dispatcher) deliverBookmark(ws []*Watcher, rv uint64) {
 	// One object for all: encoded once per encoder like any event.
-	bm := bookmarkEvent(d.newFunc(), rv, false)
-	bm.Object = newObject(bm.Object, &kept{}, nil)
+	bm := BookmarkEvent(d.newFunc(), rv, false)
+	bm.Object = d.objs.NewObject(bm.Object)
 	d.sendMu.Lock()
 	defer d.sendMu.Unlock()
 	for _, w := range ws {
@@ -95,7 +106,7 @@ func (d *dispatcher) deliverBookmark(ws []*watcher, rv uint64) {
 		}
 		select {
 		case w.sink() <- bm:
-			w.sentRV.Store(rv)
+			w.SentRV.Store(rv)
 		default:
 		}
 	}

@@ -1,4 +1,4 @@
-package indexcache
+package dispatch
 
 import (
 	"sync"

@@ -1,10 +1,12 @@
-package indexcache
+package dispatch
 
 import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // dispatchQueue is how many committed changes may wait for dispatch before
@@ -15,26 +17,26 @@ const dispatchQueue = 1024
 // dispatchItem is one entry of the dispatch queue: what the store
 // committed, or a bookmark tick (bookmarks.go).
 type dispatchItem struct {
-	committed
+	held.Committed
 	bookmark bool
 	// bookmarkSlice: the watchers whose slot falls in it get the bookmark;
 	// or only bookmarkFor, when set.
 	bookmarkSlice uint64
-	bookmarkFor   *watcher
+	bookmarkFor   *Watcher
 }
 
-// handOff queues what the store committed for dispatch. The store calls it
+// HandOff queues what the store committed for dispatch. The store calls it
 // under its ingest lock, so the queue is in resourceVersion order. It waits
 // while the queue is full; after stop it drops.
-func (d *dispatcher) handOff(c committed) {
+func (d *Dispatcher) HandOff(c held.Committed) {
 	select {
-	case d.queue <- dispatchItem{committed: c}:
+	case d.queue <- dispatchItem{Committed: c}:
 	case <-d.stopCh:
 	}
 }
 
 // run delivers the queue until stop.
-func (d *dispatcher) run() {
+func (d *Dispatcher) run() {
 	defer close(d.done)
 	for {
 		select {
@@ -42,18 +44,18 @@ func (d *dispatcher) run() {
 			return
 		case it := <-d.queue:
 			switch {
-			case it.ev != nil:
-				d.dispatchEvent(it.ev)
-				d.rv = max(d.rv, it.ev.rv)
+			case it.Event != nil:
+				d.dispatchEvent(it.Event)
+				d.rv = max(d.rv, it.Event.RV())
 			case it.bookmarkFor != nil:
 				d.sendBookmarkTo(it.bookmarkFor, d.rv)
 			case it.bookmark:
 				d.sendBookmarks(d.rv, it.bookmarkSlice)
-			case it.relist:
-				d.endBefore(it.generation)
-				d.rv = it.progress
+			case it.Relist:
+				d.endBefore(it.Generation)
+				d.rv = it.Progress
 			default:
-				d.rv = max(d.rv, it.progress)
+				d.rv = max(d.rv, it.Progress)
 			}
 		}
 	}
@@ -61,24 +63,24 @@ func (d *dispatcher) run() {
 
 // dispatchEvent finds the candidate watchers of ev through the routing
 // indexes and delivers it to those whose selection it concerns.
-func (d *dispatcher) dispatchEvent(ev *storeEvent) {
+func (d *Dispatcher) dispatchEvent(ev *held.Event) {
 	d.mu.RLock()
 	d.epoch++
-	cands := d.router.candidates(ev.prev, ev.cur, d.epoch, d.cands[:0])
+	cands := d.router.candidates(ev.Prev, ev.Cur, d.epoch, d.cands[:0])
 	watchers := len(d.router.all)
 	d.mu.RUnlock()
 
-	d.m.candidates.Observe(float64(len(cands)))
+	d.m.Candidates.Observe(float64(len(cands)))
 	d.sendMu.Lock()
 	delivered := d.deliver(ev, cands)
 	d.sendMu.Unlock()
 	// Filtered: watchers routing spared this event, plus candidates whose
 	// selector rejected it.
 	if filtered := watchers - delivered; filtered > 0 {
-		d.m.filtered.Add(float64(filtered))
+		d.m.Filtered.Add(float64(filtered))
 	}
 	if delivered > 0 {
-		d.m.dispatched.Add(float64(delivered))
+		d.m.Dispatched.Add(float64(delivered))
 	}
 	clear(cands)
 	d.cands = cands[:0]
@@ -86,11 +88,11 @@ func (d *dispatcher) dispatchEvent(ev *storeEvent) {
 
 // endBefore stops the watchers registered before generation: a relist
 // replaced the state they started from.
-func (d *dispatcher) endBefore(generation uint64) {
-	var ws []*watcher
+func (d *Dispatcher) endBefore(generation uint64) {
+	var ws []*Watcher
 	d.mu.RLock()
 	for w := range d.router.all {
-		if w.generation < generation {
+		if w.Generation < generation {
 			ws = append(ws, w)
 		}
 	}
@@ -112,22 +114,22 @@ func (d *dispatcher) endBefore(generation uint64) {
 // whose buffer is full gets a share of a bounded time budget shared by all
 // (as kube-apiserver's dispatchTimeoutBudget), after which it alone is
 // closed; its client resumes from the last resourceVersion it saw.
-func (d *dispatcher) deliver(ev *storeEvent, cands []*watcher) int {
+func (d *Dispatcher) deliver(ev *held.Event, cands []*Watcher) int {
 	delivered := 0
 	var budget time.Duration
 	took := false
 	for _, w := range cands {
-		if ev.seq <= w.startSeq || ev.rv <= w.fromRV || w.stopped() {
+		if ev.Seq() <= w.StartSeq || ev.RV() <= w.FromRV || w.stopped() {
 			continue
 		}
-		out, ok := w.convert(ev)
+		out, ok := w.Convert(ev)
 		if !ok {
 			continue
 		}
 		delivered++
 		select { // a non-blocking send: the common case, and cheap
 		case w.sink() <- out:
-			w.sentRV.Store(ev.rv)
+			w.SentRV.Store(ev.RV())
 			continue
 		default:
 		}
@@ -136,9 +138,9 @@ func (d *dispatcher) deliver(ev *storeEvent, cands []*watcher) int {
 		}
 		start := d.clock.Now()
 		if d.waitToSend(w, out, budget) {
-			w.sentRV.Store(ev.rv)
+			w.SentRV.Store(ev.RV())
 		} else {
-			d.m.slowClosed.Inc()
+			d.m.SlowClosed.Inc()
 			w.stop(stopSlow, true)
 		}
 		if budget -= d.clock.Since(start); budget < 0 {
@@ -153,7 +155,7 @@ func (d *dispatcher) deliver(ev *storeEvent, cands []*watcher) int {
 
 // waitToSend blocks up to timeout for room in w's buffer. It reports false
 // when the time ran out (a watcher that stopped meanwhile counts as served).
-func (d *dispatcher) waitToSend(w *watcher, ev watch.Event, timeout time.Duration) bool {
+func (d *Dispatcher) waitToSend(w *Watcher, ev watch.Event, timeout time.Duration) bool {
 	if timeout <= 0 {
 		select {
 		case w.sink() <- ev:

@@ -1,56 +1,58 @@
-package indexcache
+package store
 
 import (
 	"github.com/google/btree"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // The store's writes: each takes ingestMu, commits under mu, then hands
 // what it committed to the dispatcher (still under ingestMu, so in order).
 
-// apply commits one watch event from upstream: e, the object's new state
+// Apply commits one watch event from upstream: e, the object's new state
 // (deleted: its final one).
-func (s *store) apply(e *entry, deleted bool) {
+func (s *Store) Apply(e *held.Entry, deleted bool) {
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
 	// This event is newer news of its key than a tombstone waiting for it;
 	// the resourceVersions before its own are free for the others.
-	s.dropTombstone(e.key)
-	s.settleTombstones(e.rv - 1)
+	s.dropTombstone(e.Key)
+	s.settleTombstones(e.RV - 1)
 	s.mu.Lock()
-	prev, existed := s.tree.Get(&entry{key: e.key})
-	var ev *storeEvent
+	prev, existed := s.tree.Get(&held.Entry{Key: e.Key})
+	var ev *held.Event
 	switch {
 	case deleted && !existed:
-		advanced := s.setRVLocked(e.rv)
+		advanced := s.setRVLocked(e.RV)
 		s.mu.Unlock()
 		if advanced {
-			s.handOff(committed{progress: e.rv})
+			s.handOff(held.Committed{Progress: e.RV})
 		}
 		return
 	case deleted:
-		ev = &storeEvent{typ: watch.Deleted, prev: prev, cur: e, rv: e.rv}
-	case existed && e.rv <= prev.rv:
+		ev = held.NewEvent(watch.Deleted, prev, e, e.RV)
+	case existed && e.RV <= prev.RV:
 		// A duplicate or stale update (e.g. re-delivered after a relist).
 		s.mu.Unlock()
-		klog.V(4).InfoS("Ignoring a stale update", "resource", s.resource, "key", e.key, "resourceVersion", e.rv, "cached", prev.rv)
+		klog.V(4).InfoS("Ignoring a stale update", "resource", s.resource, "key", e.Key, "resourceVersion", e.RV, "cached", prev.RV)
 		return
 	case existed:
-		ev = &storeEvent{typ: watch.Modified, prev: prev, cur: e, rv: e.rv}
+		ev = held.NewEvent(watch.Modified, prev, e, e.RV)
 	default:
-		ev = &storeEvent{typ: watch.Added, cur: e, rv: e.rv}
+		ev = held.NewEvent(watch.Added, nil, e, e.RV)
 	}
 	s.commitLocked(ev)
 	objects := s.tree.Len()
 	s.mu.Unlock()
-	s.m.objects.Set(float64(objects))
-	s.handOff(committed{ev: ev})
+	s.m.Objects.Set(float64(objects))
+	s.handOff(held.Committed{Event: ev})
 }
 
-// advanceTo advances the resourceVersion to rv without an event: upstream
+// AdvanceTo advances the resourceVersion to rv without an event: upstream
 // proved nothing happened up to it.
-func (s *store) advanceTo(rv uint64) {
+func (s *Store) AdvanceTo(rv uint64) {
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
 	s.settleTombstones(rv)
@@ -58,13 +60,13 @@ func (s *store) advanceTo(rv uint64) {
 	advanced := s.setRVLocked(rv)
 	s.mu.Unlock()
 	if advanced {
-		s.handOff(committed{progress: rv})
+		s.handOff(held.Committed{Progress: rv})
 	}
 }
 
-// tombstone takes a deletion of key whose final state and resourceVersion
+// Tombstone takes a deletion of key whose final state and resourceVersion
 // are unknown (addTombstone).
-func (s *store) tombstone(key string) {
+func (s *Store) Tombstone(key string) {
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
 	s.addTombstone(key)
@@ -79,7 +81,7 @@ func (s *store) tombstone(key string) {
 // the first resourceVersion upstream shows to be free of this resource's
 // events (settleTombstones); until then the object stays, as it was before
 // the tombstone came. The caller holds ingestMu.
-func (s *store) addTombstone(key string) {
+func (s *Store) addTombstone(key string) {
 	for _, k := range s.tombstones {
 		if k == key {
 			return
@@ -90,7 +92,7 @@ func (s *store) addTombstone(key string) {
 
 // dropTombstone forgets a waiting tombstone of key. The caller holds
 // ingestMu.
-func (s *store) dropTombstone(key string) {
+func (s *Store) dropTombstone(key string) {
 	for i, k := range s.tombstones {
 		if k == key {
 			s.tombstones = append(s.tombstones[:i], s.tombstones[i+1:]...)
@@ -104,7 +106,7 @@ func (s *store) dropTombstone(key string) {
 // progress notification at N proves none of this resource's events falls
 // in (rv, N], an event at N none in (rv, N). The caller holds ingestMu and
 // not mu.
-func (s *store) settleTombstones(upTo uint64) {
+func (s *Store) settleTombstones(upTo uint64) {
 	for len(s.tombstones) > 0 {
 		s.mu.Lock()
 		rv := s.rv + 1
@@ -114,46 +116,46 @@ func (s *store) settleTombstones(upTo uint64) {
 		}
 		key := s.tombstones[0]
 		s.tombstones = s.tombstones[1:]
-		prev, ok := s.tree.Get(&entry{key: key})
+		prev, ok := s.tree.Get(&held.Entry{Key: key})
 		if !ok {
 			s.mu.Unlock()
 			continue
 		}
-		ev := &storeEvent{typ: watch.Deleted, prev: prev, cur: s.finalState(prev, rv), rv: rv}
+		ev := held.NewEvent(watch.Deleted, prev, s.finalState(prev, rv), rv)
 		s.commitLocked(ev)
 		objects := s.tree.Len()
 		s.mu.Unlock()
-		s.m.objects.Set(float64(objects))
-		s.handOff(committed{ev: ev})
+		s.m.Objects.Set(float64(objects))
+		s.handOff(held.Committed{Event: ev})
 	}
 }
 
 // commitLocked applies ev to the tree, the indexes and the event window.
 // The caller holds ingestMu and mu, and hands ev off once it releases mu.
-func (s *store) commitLocked(ev *storeEvent) {
-	if ev.typ == watch.Deleted {
-		s.tree.Delete(ev.prev)
-		s.indexes.update(ev.prev, nil)
+func (s *Store) commitLocked(ev *held.Event) {
+	if ev.Type == watch.Deleted {
+		s.tree.Delete(ev.Prev)
+		s.indexes.Update(ev.Prev, nil)
 	} else {
-		if ev.prev != nil {
-			ev.cur.cell = ev.prev.cell
+		if ev.Prev != nil {
+			ev.Cur.Cell = ev.Prev.Cell
 		} else {
-			ev.cur.cell = &cell{}
+			ev.Cur.Cell = &held.Cell{}
 		}
-		ev.cur.cell.e = ev.cur
-		s.tree.ReplaceOrInsert(ev.cur)
-		s.indexes.update(ev.prev, ev.cur)
+		ev.Cur.Cell.E = ev.Cur
+		s.tree.ReplaceOrInsert(ev.Cur)
+		s.indexes.Update(ev.Prev, ev.Cur)
 	}
 	s.seq++
-	ev.seq, ev.at = s.seq, s.clock.Now()
+	ev.Commit(s.seq, s.clock.Now())
 	s.window.Add(ev)
-	s.setRVLocked(ev.rv)
+	s.setRVLocked(ev.RV())
 }
 
-// replace swaps in tree, a full list at listRV built beside the live state
-// (see ingest.Replace for why a relist is no events), unless the store
+// Replace swaps in tree, a full list at listRV built beside the live state
+// (see the Cache's ingest.Replace for why a relist is no events), unless the store
 // already holds that very state.
-func (s *store) replace(tree *btree.BTreeG[*entry], listRV uint64) {
+func (s *Store) Replace(tree *btree.BTreeG[*held.Entry], listRV uint64) {
 	s.ingestMu.Lock()
 	defer s.ingestMu.Unlock()
 	s.tombstones = nil // the list says what exists
@@ -166,7 +168,7 @@ func (s *store) replace(tree *btree.BTreeG[*entry], listRV uint64) {
 		return
 	}
 	indexes := defs.emptyCopy()
-	tree.Ascend(func(e *entry) bool { indexes.update(nil, e); return true })
+	tree.Ascend(func(e *held.Entry) bool { indexes.Update(nil, e); return true })
 
 	s.mu.Lock()
 	rv := listRV
@@ -181,7 +183,7 @@ func (s *store) replace(tree *btree.BTreeG[*entry], listRV uint64) {
 		klog.InfoS("Upstream went back: the relist is older than the cache; following it", "resource", s.resource, "list", listRV, "cache", cur)
 		s.oldHistoryRV = max(s.oldHistoryRV, cur)
 		s.rv = listRV
-		s.m.rv.Set(float64(listRV))
+		s.m.RV.Set(float64(listRV))
 	} else {
 		s.setRVLocked(rv)
 	}
@@ -193,7 +195,7 @@ func (s *store) replace(tree *btree.BTreeG[*entry], listRV uint64) {
 	// once they have had the events handed off before the relist. The ones
 	// that register from now on start after it.
 	gen := s.generation
-	n, stats := s.tree.Len(), s.indexes.stats()
+	n, stats := s.tree.Len(), s.indexes.Stats()
 	s.mu.Unlock()
 	// The state at rv itself may have changed (a relist at the store's
 	// resourceVersion): a snapshot taken there before is not it any more.
@@ -202,12 +204,12 @@ func (s *store) replace(tree *btree.BTreeG[*entry], listRV uint64) {
 	} else {
 		s.snapshots.DropBefore(rv + 1)
 	}
-	s.handOff(committed{progress: rv, relist: true, generation: gen})
+	s.handOff(held.Committed{Progress: rv, Relist: true, Generation: gen})
 
-	s.m.objects.Set(float64(n))
-	s.m.setIndexValues(stats)
+	s.m.Objects.Set(float64(n))
+	s.m.SetIndexValues(stats)
 	if synced {
-		s.m.relists.Inc()
+		s.m.Relists.Inc()
 		klog.InfoS("Index cache relisted", "resource", s.resource, "objects", n, "resourceVersion", rv)
 	} else {
 		klog.InfoS("Index cache synced", "resource", s.resource, "objects", n, "resourceVersion", rv)
@@ -215,14 +217,14 @@ func (s *store) replace(tree *btree.BTreeG[*entry], listRV uint64) {
 }
 
 // sameState tells whether two trees hold the same object versions.
-func sameState(a, b *btree.BTreeG[*entry]) bool {
+func sameState(a, b *btree.BTreeG[*held.Entry]) bool {
 	if a.Len() != b.Len() {
 		return false
 	}
 	same := true
-	a.Ascend(func(e *entry) bool {
+	a.Ascend(func(e *held.Entry) bool {
 		o, ok := b.Get(e)
-		same = ok && o.rv == e.rv
+		same = ok && o.RV == e.RV
 		return same
 	})
 	return same

@@ -1,33 +1,33 @@
-package indexcache
+package store
 
 import (
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/cachemetrics"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
+
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/indexname"
 )
 
-// cell is the stable home of one key's current entry. Indexes hold cells,
-// not entries, so an update that keeps every indexed value touches no index.
-type cell struct{ e *entry }
-
 // valueIndex maps the values of one label key or field to the cells of the
 // objects holding them, by key.
-type valueIndex map[string]map[string]*cell
+type valueIndex map[string]map[string]*held.Cell
 
-func (ix valueIndex) add(value string, e *entry) {
+func (ix valueIndex) add(value string, e *held.Entry) {
 	bucket := ix[value]
 	if bucket == nil {
-		bucket = map[string]*cell{}
+		bucket = map[string]*held.Cell{}
 		ix[value] = bucket
 	}
-	bucket[e.key] = e.cell
+	bucket[e.Key] = e.Cell
 }
 
-func (ix valueIndex) remove(value string, e *entry) {
+func (ix valueIndex) remove(value string, e *held.Entry) {
 	if bucket := ix[value]; bucket != nil {
-		delete(bucket, e.key)
+		delete(bucket, e.Key)
 		if len(bucket) == 0 {
 			delete(ix, value)
 		}
@@ -53,11 +53,11 @@ type fieldIndex struct {
 	values valueIndex
 }
 
-// indexSet holds the LIST indexes and the namespace population. The set of
+// IndexSet holds the LIST indexes and the namespace population. The set of
 // indexes is replaced as a whole when the policy changes (SetIndexes), so
 // readers never see a half-built one; the indexes themselves are updated in
-// place under store.mu.
-type indexSet struct {
+// place under Store.mu.
+type IndexSet struct {
 	labels map[string]*labelIndex
 	fields map[int]*fieldIndex // by field ordinal
 	// namespaces counts objects per namespace: namespace lists scan the key
@@ -65,13 +65,46 @@ type indexSet struct {
 	namespaces map[string]int
 }
 
-func newIndexSet() *indexSet {
-	return &indexSet{labels: map[string]*labelIndex{}, fields: map[int]*fieldIndex{}, namespaces: map[string]int{}}
+func newIndexSet() *IndexSet {
+	return &IndexSet{labels: map[string]*labelIndex{}, fields: map[int]*fieldIndex{}, namespaces: map[string]int{}}
 }
+
+// Plan returns the next index set, sharing the indexes cur already has,
+// and the set of those that must be built (the same index objects).
+// fieldPaths, the always-indexed first, are numbered by fieldIDs.
+func (cur *IndexSet) Plan(labelKeys, fieldPaths []string, fieldIDs map[string]int) (next, built *IndexSet) {
+	next = &IndexSet{labels: map[string]*labelIndex{}, fields: map[int]*fieldIndex{}, namespaces: cur.namespaces}
+	// built counts namespaces in a map of its own: only its indexes matter.
+	built = newIndexSet()
+	for _, k := range labelKeys {
+		if ix, ok := cur.labels[k]; ok {
+			next.labels[k] = ix
+			continue
+		}
+		ix := &labelIndex{key: k, values: valueIndex{}}
+		next.labels[k], built.labels[k] = ix, ix
+	}
+	for _, f := range fieldPaths {
+		id := fieldIDs[f]
+		if _, ok := next.fields[id]; ok {
+			continue
+		}
+		if ix, ok := cur.fields[id]; ok {
+			next.fields[id] = ix
+			continue
+		}
+		ix := &fieldIndex{path: f, values: valueIndex{}}
+		next.fields[id], built.fields[id] = ix, ix
+	}
+	return next, built
+}
+
+// Len is how many label and field indexes the set has.
+func (s *IndexSet) Len() int { return len(s.labels) + len(s.fields) }
 
 // emptyCopy returns an index set with the same label and field indexes,
 // all empty.
-func (s *indexSet) emptyCopy() *indexSet {
+func (s *IndexSet) emptyCopy() *IndexSet {
 	out := newIndexSet()
 	for k, ix := range s.labels {
 		out.labels[k] = &labelIndex{key: ix.key, values: valueIndex{}}
@@ -83,30 +116,30 @@ func (s *indexSet) emptyCopy() *indexSet {
 }
 
 // lookup returns the index answering an exact requirement, if there is one.
-func (s *indexSet) lookup(r exactReq) (valueIndex, string, bool) {
-	if r.label {
-		if ix, ok := s.labels[r.key]; ok {
-			return ix.values, indexname.Label(r.key), true
+func (s *IndexSet) lookup(r held.ExactReq) (valueIndex, string, bool) {
+	if r.Label {
+		if ix, ok := s.labels[r.Key]; ok {
+			return ix.values, indexname.Label(r.Key), true
 		}
 		return nil, "", false
 	}
-	if ix, ok := s.fields[r.id]; ok {
+	if ix, ok := s.fields[r.ID]; ok {
 		return ix.values, indexname.Field(ix.path), true
 	}
 	return nil, "", false
 }
 
-// update moves an entry between buckets; old or new may be nil. Values an
+// Update moves an entry between buckets; old or new may be nil. Values an
 // update keeps need nothing: the bucket holds the key's cell.
-func (s *indexSet) update(old, new *entry) {
+func (s *IndexSet) Update(old, new *held.Entry) {
 	for key, ix := range s.labels {
 		var ov, nv string
 		var oldHas, newHas bool
 		if old != nil {
-			ov, oldHas = old.labels[key]
+			ov, oldHas = old.Labels[key]
 		}
 		if new != nil {
-			nv, newHas = new.labels[key]
+			nv, newHas = new.Labels[key]
 		}
 		if oldHas && newHas && ov == nv {
 			continue
@@ -121,10 +154,10 @@ func (s *indexSet) update(old, new *entry) {
 	for id, ix := range s.fields {
 		var ovs, nvs []string
 		if old != nil {
-			ovs = old.fields[id]
+			ovs = old.Fields[id]
 		}
 		if new != nil {
-			nvs = new.fields[id]
+			nvs = new.Fields[id]
 		}
 		if old != nil && new != nil && sameValues(ovs, nvs) {
 			continue
@@ -137,15 +170,15 @@ func (s *indexSet) update(old, new *entry) {
 		}
 	}
 	switch {
-	case old != nil && new != nil && old.namespace == new.namespace:
+	case old != nil && new != nil && old.Namespace == new.Namespace:
 	default:
 		if old != nil {
-			if s.namespaces[old.namespace]--; s.namespaces[old.namespace] <= 0 {
-				delete(s.namespaces, old.namespace)
+			if s.namespaces[old.Namespace]--; s.namespaces[old.Namespace] <= 0 {
+				delete(s.namespaces, old.Namespace)
 			}
 		}
 		if new != nil {
-			s.namespaces[new.namespace]++
+			s.namespaces[new.Namespace]++
 		}
 	}
 }
@@ -165,10 +198,10 @@ func sameValues(a, b []string) bool {
 // candidates returns, sorted by key, the entries that satisfy every exact
 // requirement an index can answer (see collect); ok is false when no index
 // applies. The caller still applies the full predicate.
-func (s *indexSet) candidates(p *predicate) (out []*entry, name string, ok bool) {
+func (s *IndexSet) candidates(p *held.Predicate) (out []*held.Entry, name string, ok bool) {
 	out, name, ok = s.collect(p)
 	if ok {
-		out = sortCandidates(out)
+		out = SortCandidates(out)
 	}
 	return out, name, ok
 }
@@ -178,7 +211,7 @@ func (s *indexSet) candidates(p *predicate) (out []*entry, name string, ok bool)
 // smallest candidate set and probing the others: one pointer copy per
 // candidate, so that readers hold the lock for no more, and sort after
 // releasing it (sortCandidates).
-func (s *indexSet) collect(p *predicate) (out []*entry, name string, ok bool) {
+func (s *IndexSet) collect(p *held.Predicate) (out []*held.Entry, name string, ok bool) {
 	type set struct {
 		name   string
 		ix     valueIndex
@@ -186,19 +219,19 @@ func (s *indexSet) collect(p *predicate) (out []*entry, name string, ok bool) {
 		size   int
 	}
 	var sets []set
-	for _, r := range p.exact {
+	for _, r := range p.Exact {
 		ix, n, found := s.lookup(r)
 		if !found {
 			continue
 		}
-		sets = append(sets, set{name: n, ix: ix, values: r.values, size: ix.size(r.values)})
+		sets = append(sets, set{name: n, ix: ix, values: r.Values, size: ix.size(r.Values)})
 	}
 	if len(sets) == 0 {
 		return nil, "", false
 	}
 	sort.SliceStable(sets, func(i, j int) bool { return sets[i].size < sets[j].size })
 	smallest, others := sets[0], sets[1:]
-	out = make([]*entry, 0, smallest.size)
+	out = make([]*held.Entry, 0, smallest.size)
 	for _, v := range smallest.values {
 	next:
 		for key, cl := range smallest.ix[v] {
@@ -207,21 +240,21 @@ func (s *indexSet) collect(p *predicate) (out []*entry, name string, ok bool) {
 					continue next
 				}
 			}
-			out = append(out, cl.e)
+			out = append(out, cl.E)
 		}
 	}
 	return out, smallest.name, true
 }
 
 // sortingCandidates is called as candidates are sorted (tests).
-var sortingCandidates = func() {}
+var SortingCandidates = func() {}
 
-// sortCandidates puts collected candidates in key order. Distinct values
+// SortCandidates puts collected candidates in key order. Distinct values
 // select disjoint buckets for labels (one value per key), but a
 // multi-valued field may put an entry under several of them.
-func sortCandidates(out []*entry) []*entry {
-	sortingCandidates()
-	slices.SortFunc(out, func(a, b *entry) int { return strings.Compare(a.key, b.key) })
+func SortCandidates(out []*held.Entry) []*held.Entry {
+	SortingCandidates()
+	slices.SortFunc(out, func(a, b *held.Entry) int { return strings.Compare(a.Key, b.Key) })
 	return dedupeSorted(out)
 }
 
@@ -234,26 +267,26 @@ func inAny(ix valueIndex, values []string, key string) bool {
 	return false
 }
 
-func dedupeSorted(es []*entry) []*entry {
+func dedupeSorted(es []*held.Entry) []*held.Entry {
 	if len(es) < 2 {
 		return es
 	}
 	out := es[:1]
 	for _, e := range es[1:] {
-		if e.key != out[len(out)-1].key {
+		if e.Key != out[len(out)-1].Key {
 			out = append(out, e)
 		}
 	}
 	return out
 }
 
-// stats reports each label and field index, for IndexPolicy status and
+// Stats reports each label and field index, for IndexPolicy status and
 // metrics. EstimatedBytes counts map slots and keys; values and objects are
 // shared with the store.
-func (s *indexSet) stats() []IndexStat {
-	var out []IndexStat
+func (s *IndexSet) Stats() []cachemetrics.IndexStat {
+	var out []cachemetrics.IndexStat
 	add := func(name string, ix valueIndex) {
-		st := IndexStat{Name: name, Values: len(ix)}
+		st := cachemetrics.IndexStat{Name: name, Values: len(ix)}
 		for v, b := range ix {
 			st.Objects += len(b)
 			st.EstimatedBytes += int64(len(v)) + 64 + int64(len(b))*40

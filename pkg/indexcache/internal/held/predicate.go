@@ -1,4 +1,4 @@
-package indexcache
+package held
 
 import (
 	"fmt"
@@ -20,8 +20,8 @@ const maxInValues = 8
 const (
 	shardKeyUID       = "object.metadata.uid"
 	shardKeyNamespace = "object.metadata.namespace"
-	// namespaceField is handled from the object's key, not from Config.Fields.
-	namespaceField = "metadata.namespace"
+	// NamespaceField is handled from the object's key, not from indexcache.Config.Fields.
+	NamespaceField = "metadata.namespace"
 )
 
 // fieldReq is one field selector requirement; id is -1 for metadata.namespace.
@@ -32,39 +32,41 @@ type fieldReq struct {
 	not   bool
 }
 
-// exactReq is a requirement an index can answer: a label key or a field
+// ExactReq is a requirement an index can answer: a label key or a field
 // with the few values it allows.
-type exactReq struct {
-	label  bool
-	key    string // label key or field path
-	id     int    // field ordinal
-	values []string
+type ExactReq struct {
+	Label  bool
+	Key    string // label key or field path
+	ID     int    // field ordinal
+	Values []string
 }
 
-// predicate is a request's selection, compiled once.
-type predicate struct {
+// Predicate is a request's selection, compiled once.
+type Predicate struct {
 	namespace  string // from the request path; "" = all
 	label      labels.Selector
 	labelEmpty bool
 	fieldReqs  []fieldReq
-	shards     []shards.Range
-	shardByNS  bool
+	Shards     []shards.Range
+	ShardByNS  bool
 	shardSel   sharding.Selector
 	hexShards  bool // benchmark baseline: match shards as upstream does
-	exact      []exactReq
+	Exact      []ExactReq
 	// ns is the namespace the selection is confined to (path or
 	// metadata.namespace=); hasNS tells whether there is one.
-	ns    string
-	hasNS bool
+	NS    string
+	HasNS bool
 	// key is a canonical text of the selection, for caching index candidates
 	// with a snapshot.
 	key string
 }
 
-// compile checks and compiles a selection. Unknown fields and malformed
-// shard requirements are the client's fault: 400.
-func (c *Cache) compile(namespace string, label labels.Selector, field fields.Selector, shard sharding.Selector) (*predicate, error) {
-	p := &predicate{namespace: namespace, label: label}
+// Compile checks and compiles a selection; fieldIDs numbers the selectable
+// fields, hexShards is the benchmark baseline (Predicate.hexShards).
+// Unknown fields and malformed shard requirements are the client's fault:
+// 400.
+func Compile(fieldIDs map[string]int, hexShards bool, namespace string, label labels.Selector, field fields.Selector, shard sharding.Selector) (*Predicate, error) {
+	p := &Predicate{namespace: namespace, label: label}
 	if p.label == nil {
 		p.label = labels.Everything()
 	}
@@ -79,8 +81,8 @@ func (c *Cache) compile(namespace string, label labels.Selector, field fields.Se
 			default:
 				return nil, errors.NewBadRequest(fmt.Sprintf("unsupported operator %q in field selector %q", r.Operator, field.String()))
 			}
-			if r.Field != namespaceField {
-				id, ok := c.fieldIDs[r.Field]
+			if r.Field != NamespaceField {
+				id, ok := fieldIDs[r.Field]
 				if !ok {
 					return nil, errors.NewBadRequest(fmt.Sprintf("field label not supported: %s", r.Field))
 				}
@@ -97,21 +99,21 @@ func (c *Cache) compile(namespace string, label labels.Selector, field fields.Se
 				return nil, errors.NewBadRequest(fmt.Sprintf("invalid shardSelector: %v", err))
 			}
 			byNS := req.Key == shardKeyNamespace
-			if i > 0 && byNS != p.shardByNS {
+			if i > 0 && byNS != p.ShardByNS {
 				return nil, errors.NewBadRequest("invalid shardSelector: all shard ranges must use the same field")
 			}
-			p.shardByNS = byNS
-			p.shards = append(p.shards, r)
+			p.ShardByNS = byNS
+			p.Shards = append(p.Shards, r)
 		}
 	}
-	p.hexShards = c.hexShards
-	p.ns, p.hasNS = p.namespace, p.namespace != ""
+	p.hexShards = hexShards
+	p.NS, p.HasNS = p.namespace, p.namespace != ""
 	for _, r := range p.fieldReqs {
-		if r.id == -1 && !r.not && !p.hasNS {
-			p.ns, p.hasNS = r.value, true
+		if r.id == -1 && !r.not && !p.HasNS {
+			p.NS, p.HasNS = r.value, true
 		}
 	}
-	p.exact = p.exactRequirements()
+	p.Exact = p.exactRequirements()
 	p.key = fmt.Sprintf("%s|%s|%s|%s", namespace, p.label.String(), fieldsString(field), shardString(shard))
 	return p, nil
 }
@@ -137,21 +139,21 @@ func parseShardRange(req sharding.ShardRangeRequirement) (shards.Range, error) {
 	return shards.ParseRange(req.Start, req.End)
 }
 
-// matches applies the whole selection to an entry.
-func (p *predicate) matches(e *entry) bool {
-	if p.namespace != "" && e.namespace != p.namespace {
+// Matches applies the whole selection to an entry.
+func (p *Predicate) Matches(e *Entry) bool {
+	if p.namespace != "" && e.Namespace != p.namespace {
 		return false
 	}
-	if len(p.shards) > 0 && !p.inShard(e) {
+	if len(p.Shards) > 0 && !p.inShard(e) {
 		return false
 	}
 	for i := range p.fieldReqs {
 		r := &p.fieldReqs[i]
 		found := false
 		if r.id < 0 {
-			found = e.namespace == r.value
+			found = e.Namespace == r.value
 		} else {
-			for _, v := range e.fields[r.id] {
+			for _, v := range e.Fields[r.id] {
 				if v == r.value {
 					found = true
 					break
@@ -162,19 +164,19 @@ func (p *predicate) matches(e *entry) bool {
 			return false
 		}
 	}
-	return p.labelEmpty || p.label.Matches(e.labels)
+	return p.labelEmpty || p.label.Matches(e.Labels)
 }
 
-func (p *predicate) inShard(e *entry) bool {
+func (p *Predicate) inShard(e *Entry) bool {
 	if p.hexShards {
-		ok, err := p.shardSel.Matches(e.obj)
+		ok, err := p.shardSel.Matches(e.Obj)
 		return ok && err == nil
 	}
-	h := e.uidHash
-	if p.shardByNS {
-		h = e.nsHash
+	h := e.UIDHash
+	if p.ShardByNS {
+		h = e.NSHash
 	}
-	for _, r := range p.shards {
+	for _, r := range p.Shards {
 		if r.Contains(h) {
 			return true
 		}
@@ -182,39 +184,39 @@ func (p *predicate) inShard(e *entry) bool {
 	return false
 }
 
-// selectsAll tells whether only the namespace restricts the selection (then
+// SelectsAll tells whether only the namespace restricts the selection (then
 // lists report remainingItemCount, as kube-apiserver does for an empty
 // predicate).
-func (p *predicate) selectsAll() bool {
-	return p.labelEmpty && len(p.fieldReqs) == 0 && len(p.shards) == 0
+func (p *Predicate) SelectsAll() bool {
+	return p.labelEmpty && len(p.fieldReqs) == 0 && len(p.Shards) == 0
 }
 
-// shardShare is the fraction of the hash space the shard ranges cover.
-func (p *predicate) shardShare() float64 {
+// ShardShare is the fraction of the hash space the shard ranges cover.
+func (p *Predicate) ShardShare() float64 {
 	share := 0.0
-	for _, r := range p.shards {
+	for _, r := range p.Shards {
 		share += r.Width()
 	}
 	return min(share, 1)
 }
 
-func (p *predicate) exactRequirements() []exactReq {
-	var out []exactReq
+func (p *Predicate) exactRequirements() []ExactReq {
+	var out []ExactReq
 	if reqs, ok := p.label.Requirements(); ok {
 		for _, r := range reqs {
 			switch r.Operator() {
 			case selection.Equals, selection.DoubleEquals, selection.In:
 				if vals := r.Values().List(); len(vals) > 0 && len(vals) <= maxInValues {
-					out = append(out, exactReq{label: true, key: r.Key(), values: vals})
+					out = append(out, ExactReq{Label: true, Key: r.Key(), Values: vals})
 				}
 			}
 		}
 	}
 	for _, r := range p.fieldReqs {
 		if !r.not && r.id >= 0 {
-			out = append(out, exactReq{key: r.field, id: r.id, values: []string{r.value}})
+			out = append(out, ExactReq{Key: r.field, ID: r.id, Values: []string{r.value}})
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return len(out[i].values) < len(out[j].values) })
+	sort.SliceStable(out, func(i, j int) bool { return len(out[i].Values) < len(out[j].Values) })
 	return out
 }

@@ -1,4 +1,4 @@
-package indexcache
+package dispatch
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
 // stopReason says why a watcher ended, for logs.
@@ -21,7 +23,7 @@ const (
 	stopCache  stopReason = "cache stopped"
 )
 
-// watcher is one open watch.
+// Watcher is one open watch.
 //
 // Most watchers are direct: the dispatcher writes into result (buffered),
 // which the client reads; no goroutine per watcher, one hand-off per event.
@@ -30,23 +32,23 @@ const (
 // goroutine that sends them, then forwards what the dispatcher queued in
 // input meanwhile and after.
 //
-// Sends to a direct watcher's result happen under dispatcher.sendMu, and it
+// Sends to a direct watcher's result happen under Dispatcher.sendMu, and it
 // is closed under sendMu, so no send ever hits a closed channel.
-type watcher struct {
-	d              *dispatcher
-	pred           *predicate
-	route          route // guarded by dispatcher.mu
+type Watcher struct {
+	d              *Dispatcher
+	Pred           *held.Predicate
+	Route          held.Route // guarded by Dispatcher.mu
 	allowBookmarks bool
-	slot           uint64 // its bookmark slice is slot % dispatcher.bookmarkSlices
+	slot           uint64 // its bookmark slice is slot % Dispatcher.BookmarkSlices
 	// The initial events (state or replay) cover every event up to
-	// startSeq, and a watch from a resourceVersion newer than the cache
-	// wants none up to fromRV: the dispatcher skips those. Set before the
+	// StartSeq, and a watch from a resourceVersion newer than the cache
+	// wants none up to FromRV: the dispatcher skips those. Set before the
 	// watcher is registered.
-	startSeq, fromRV uint64
-	// generation is the store's state the watcher started from; a relist
-	// to a later one ends it (dispatcher.endBefore). Set before it is
+	StartSeq, FromRV uint64
+	// Generation is the store's state the watcher started from; a relist
+	// to a later one ends it (Dispatcher.endBefore). Set before it is
 	// registered.
-	generation uint64
+	Generation uint64
 
 	result chan watch.Event
 	input  chan watch.Event // forwarder mode only
@@ -60,18 +62,18 @@ type watcher struct {
 	// epoch is the last event that took this watcher as a candidate (the
 	// dispatcher's, during routing).
 	epoch uint64
-	// sentRV is the resourceVersion of the last event queued to this
+	// SentRV is the resourceVersion of the last event queued to this
 	// watcher, so a bookmark never claims less than the client has seen and
 	// is only sent when it says something new.
-	sentRV atomic.Uint64
+	SentRV atomic.Uint64
 }
 
-var _ watch.Interface = &watcher{}
+var _ watch.Interface = &Watcher{}
 
-func (w *watcher) ResultChan() <-chan watch.Event { return w.result }
+func (w *Watcher) ResultChan() <-chan watch.Event { return w.result }
 
 // sink is where the dispatcher queues events.
-func (w *watcher) sink() chan watch.Event {
+func (w *Watcher) sink() chan watch.Event {
 	if w.input != nil {
 		return w.input
 	}
@@ -79,9 +81,9 @@ func (w *watcher) sink() chan watch.Event {
 }
 
 // Stop unregisters the watcher and ends its stream.
-func (w *watcher) Stop() { w.stop(stopClient, false) }
+func (w *Watcher) Stop() { w.stop(stopClient, false) }
 
-func (w *watcher) stopped() bool {
+func (w *Watcher) stopped() bool {
 	select {
 	case <-w.done:
 		return true
@@ -91,10 +93,10 @@ func (w *watcher) stopped() bool {
 }
 
 // stop ends the watcher; sendHeld tells whether the caller holds
-// dispatcher.sendMu (the dispatcher closing a slow watcher or ending
+// Dispatcher.sendMu (the dispatcher closing a slow watcher or ending
 // watchers after a relist). For stopCache, the dispatcher took every
 // watcher out of the router already.
-func (w *watcher) stop(why stopReason, sendHeld bool) {
+func (w *Watcher) stop(why stopReason, sendHeld bool) {
 	w.once.Do(func() {
 		d := w.d
 		close(w.done)
@@ -108,7 +110,7 @@ func (w *watcher) stop(why stopReason, sendHeld bool) {
 			d.remove(w)
 		}
 		if why != stopClient {
-			klog.V(2).InfoS("Closed a watcher", "resource", d.resource, "reason", why, "lastResourceVersion", w.sentRV.Load())
+			klog.V(2).InfoS("Closed a watcher", "resource", d.resource, "reason", why, "lastResourceVersion", w.SentRV.Load())
 		}
 		switch {
 		case w.input != nil: // the forwarder closes result on its way out
@@ -125,30 +127,30 @@ func (w *watcher) stop(why stopReason, sendHeld bool) {
 	})
 }
 
-// convert turns a store event into what this watcher sees, as kube-apiserver
+// Convert turns a store event into what this watcher sees, as kube-apiserver
 // does: entering the selection is ADDED, leaving it DELETED (with the old
 // state and the event's resourceVersion), staying in it MODIFIED.
-func (w *watcher) convert(ev *storeEvent) (watch.Event, bool) {
-	oldIn := ev.prev != nil && w.pred.matches(ev.prev)
-	curIn := ev.typ != watch.Deleted && w.pred.matches(ev.cur)
+func (w *Watcher) Convert(ev *held.Event) (watch.Event, bool) {
+	oldIn := ev.Prev != nil && w.Pred.Matches(ev.Prev)
+	curIn := ev.Type != watch.Deleted && w.Pred.Matches(ev.Cur)
 	switch {
 	case curIn && oldIn:
-		return watch.Event{Type: watch.Modified, Object: ev.object(w.d.objs)}, true
+		return watch.Event{Type: watch.Modified, Object: ev.Object(w.d.objs)}, true
 	case curIn:
-		return watch.Event{Type: watch.Added, Object: ev.object(w.d.objs)}, true
+		return watch.Event{Type: watch.Added, Object: ev.Object(w.d.objs)}, true
 	case oldIn:
-		return watch.Event{Type: watch.Deleted, Object: ev.goneObject(w.d.objs)}, true
+		return watch.Event{Type: watch.Deleted, Object: ev.GoneObject(w.d.objs)}, true
 	}
 	return watch.Event{}, false
 }
 
-// start delivers the initial events: into the buffer when they fit, else
+// Start delivers the initial events: into the buffer when they fit, else
 // through a forwarder. Either way the live events get a whole buffer of
 // their own (a replay that fills the buffer must not make the first live
 // event wait), as kube-apiserver's watchers read their initial events from
 // the cache, not from their input channel. The caller registers the watcher
 // after start, so nothing is sent to it before its initial events.
-func (w *watcher) start(initial []watch.Event, buffer int) {
+func (w *Watcher) Start(initial []watch.Event, buffer int) {
 	if len(initial) <= buffer {
 		w.result = make(chan watch.Event, len(initial)+buffer)
 		for _, ev := range initial {
@@ -163,9 +165,19 @@ func (w *watcher) start(initial []watch.Event, buffer int) {
 
 // stopWith stops the watcher when ctx ends. Called once it is registered,
 // so a context that is already done unregisters it for good.
-func (w *watcher) stopWith(ctx context.Context) {
+func (w *Watcher) stopWith(ctx context.Context) {
 	unhook := context.AfterFunc(ctx, func() { w.stop(stopClient, false) })
 	w.unhookCtx.Store(&unhook)
+}
+
+// Begin begins a registered watcher: it stops when ctx ends, and sends a
+// bookmark before ctx's deadline if it takes bookmarks.
+func (w *Watcher) Begin(ctx context.Context) watch.Interface {
+	w.stopWith(ctx)
+	if deadline, ok := ctx.Deadline(); ok && w.allowBookmarks {
+		w.bookmarkBefore(deadline)
+	}
+	return w
 }
 
 // deadlineBookmarkLead is how long before a watch's deadline (the request's
@@ -174,13 +186,13 @@ func (w *watcher) stopWith(ctx context.Context) {
 // recent as possible, not from its last event's, which may be old enough
 // by then to be gone (client-go's Reflector relies on it; so does
 // pkg/upstream's progress probe, of kube-apiserver).
-const deadlineBookmarkLead = 2 * time.Second
+const DeadlineBookmarkLead = 2 * time.Second
 
 // bookmarkBefore has the watcher sent a bookmark deadlineBookmarkLead before
 // deadline, if that is still ahead (kube-apiserver skips it otherwise too).
 // A runtime timer, not a goroutine, waits for it when the clock can.
-func (w *watcher) bookmarkBefore(deadline time.Time) {
-	wait := deadline.Add(-deadlineBookmarkLead).Sub(w.d.clock.Now())
+func (w *Watcher) bookmarkBefore(deadline time.Time) {
+	wait := deadline.Add(-DeadlineBookmarkLead).Sub(w.d.clock.Now())
 	if wait <= 0 {
 		return
 	}
@@ -205,7 +217,7 @@ func (w *watcher) bookmarkBefore(deadline time.Time) {
 }
 
 // forward sends the initial events, then what the dispatcher queued.
-func (w *watcher) forward(initial []watch.Event) {
+func (w *Watcher) forward(initial []watch.Event) {
 	defer close(w.result)
 	for i, ev := range initial {
 		select {
