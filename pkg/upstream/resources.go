@@ -162,29 +162,33 @@ func DecodeNode(raw []byte) (runtime.Object, error) {
 // encodePod writes a compiled pod (core/v1 or the mirror's) as held bytes:
 // its JSON without kind, apiVersion and managedFields.
 func encodePod(obj runtime.Object) ([]byte, error) {
-	var p corev1.Pod
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		p = corev1.Pod{ObjectMeta: o.ObjectMeta, Spec: o.Spec, Status: o.Status}
+		return heldJSON(o.ObjectMeta, o.Spec, o.Status)
 	case *indexing.Pod:
-		p = corev1.Pod{ObjectMeta: o.ObjectMeta, Spec: o.Spec, Status: o.Status}
-	default:
-		return nil, fmt.Errorf("expected a Pod, got %T", obj)
+		return heldJSON(o.ObjectMeta, o.Spec, o.Status)
 	}
-	p.ManagedFields = nil
-	return json.Marshal(&p)
+	return nil, fmt.Errorf("expected a Pod, got %T", obj)
 }
 
+// encodeNode is encodePod's counterpart for nodes.
 func encodeNode(obj runtime.Object) ([]byte, error) {
-	var n corev1.Node
 	switch o := obj.(type) {
 	case *corev1.Node:
-		n = corev1.Node{ObjectMeta: o.ObjectMeta, Spec: o.Spec, Status: o.Status}
+		return heldJSON(o.ObjectMeta, o.Spec, o.Status)
 	case *indexing.Node:
-		n = corev1.Node{ObjectMeta: o.ObjectMeta, Spec: o.Spec, Status: o.Status}
-	default:
-		return nil, fmt.Errorf("expected a Node, got %T", obj)
+		return heldJSON(o.ObjectMeta, o.Spec, o.Status)
 	}
-	n.ManagedFields = nil
-	return json.Marshal(&n)
+	return nil, fmt.Errorf("expected a Node, got %T", obj)
+}
+
+// heldJSON is a core/v1 object's JSON from its parts, as kube-apiserver
+// writes a list item (no kind, no apiVersion), without managedFields.
+func heldJSON[Spec, Status any](m metav1.ObjectMeta, spec Spec, status Status) ([]byte, error) {
+	m.ManagedFields = nil
+	return json.Marshal(&struct {
+		metav1.ObjectMeta `json:"metadata,omitempty"`
+		Spec              Spec   `json:"spec,omitempty"`
+		Status            Status `json:"status,omitempty"`
+	}{m, spec, status})
 }
