@@ -40,12 +40,17 @@ func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader,
 		return fmt.Errorf("cluster proxy: %w", err)
 	}
 	proxy := clusterproxy.New(clusterproxy.Config{
+		// Which cache serves a read the proxy decided is cached: the core
+		// view's are fixed; the rest are the registry's, which answers 503
+		// if the resource's cache stopped since (the decision is made once
+		// per request, clusterproxy.servedOnce).
 		Cache: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			if info, _ := request.RequestInfoFrom(req.Context()); anyResources.Serves(req.Method, info, clusterproxy.AsTable(req.Header)) {
-				anyResources.ServeHTTP(w, req)
+			info, _ := request.RequestInfoFrom(req.Context())
+			if clusterproxy.CoreCached(clusterproxy.Read{Method: req.Method, Path: req.URL.Path, Info: info}) {
+				cache.ServeHTTP(w, req)
 				return
 			}
-			cache.ServeHTTP(w, req)
+			anyResources.ServeHTTP(w, req)
 		}),
 		Cached:   cachedReads(anyResources),
 		Upstream: up,

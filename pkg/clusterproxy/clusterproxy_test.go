@@ -522,3 +522,56 @@ func TestAsTable(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedDecidedOncePerRequest: whether a cache serves a read is decided
+// once per request, so an IndexPolicy that starts or stops a cache between
+// authorization and serving changes neither: a read authorized only at the
+// gate (passed through: kube-apiserver authorizes it as the caller) is not
+// then served from a new cache without the caller's right to it, and a read
+// authorized on the inner resource is served from the cache it was meant
+// for.
+func TestCachedDecidedOncePerRequest(t *testing.T) {
+	for _, first := range []bool{false, true} {
+		var upstreamPath string
+		upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			upstreamPath = r.URL.Path
+			_, _ = w.Write([]byte(`{"kind":"ConfigMapList","apiVersion":"v1","metadata":{},"items":[]}`))
+		}))
+		up, err := NewUpstream(&rest.Config{Host: upstream.URL}, nil, codecs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := 0
+		// A cache starts (first false) or stops (first true) right after
+		// the first decision.
+		cached := func(Read) bool {
+			calls++
+			return calls == 1 == first
+		}
+		cacheServed := false
+		h := New(Config{
+			Cache:    http.HandlerFunc(func(http.ResponseWriter, *http.Request) { cacheServed = true }),
+			Cached:   cached,
+			Upstream: up,
+		})
+		authz := &fakeAuthorizer{allow: first}
+		az := Authorizer(authorizer.AuthorizerFunc(authz.Authorize), cached)
+		handler := Mark(filters.WithRequestInfo(filters.WithAuthorization(h.Wrap(http.NotFoundHandler()), az, codecs), testResolver))
+		req := httptest.NewRequest("GET", Prefix+"/api/v1/namespaces/spark/configmaps", nil)
+		req = req.WithContext(request.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		upstream.Close()
+		switch {
+		case calls != 1:
+			t.Errorf("first decision %v: decided %d times, want once", first, calls)
+		case first && (!cacheServed || upstreamPath != "" || authz.seen == nil):
+			t.Errorf("decided cached: cache served %v, upstream got %q, inner request authorized %v", cacheServed, upstreamPath, authz.seen != nil)
+		case !first && (cacheServed || upstreamPath != "/api/v1/namespaces/spark/configmaps" || authz.seen != nil):
+			t.Errorf("decided passed through: cache served %v, upstream got %q, inner request authorized %v", cacheServed, upstreamPath, authz.seen != nil)
+		}
+		if rec.Code != http.StatusOK {
+			t.Errorf("first decision %v: %d %s", first, rec.Code, rec.Body)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -59,6 +60,17 @@ func served(cached Cached, r Read) bool {
 	return cached(r)
 }
 
+// servedOnce is served, decided once per request under the prefix (see
+// prefixed.cached); a request Mark did not see is decided afresh.
+func servedOnce(ctx context.Context, cached Cached, r Read) bool {
+	p, ok := prefixedFrom(ctx)
+	if !ok {
+		return served(cached, r)
+	}
+	p.decide.Do(func() { p.cached = served(cached, r) })
+	return p.cached
+}
+
 // AsTable tells whether a request's Accept asks for a Table.
 func AsTable(h http.Header) bool {
 	for _, v := range h.Values("Accept") {
@@ -92,6 +104,13 @@ type prefixed struct {
 	method string
 	path   string // inside the prefix
 	table  bool   // AsTable
+
+	// cached is whether a cache serves the request, decided once
+	// (servedOnce): the authorizer checks the caller's right to the inner
+	// request exactly when the handler then serves it from a cache, even if
+	// an IndexPolicy starts or stops a cache between the two.
+	decide sync.Once
+	cached bool
 }
 
 type prefixedKey struct{}
@@ -182,7 +201,7 @@ func (a prefixAuthorizer) Authorize(ctx context.Context, attrs authorizer.Attrib
 		}
 		return decision, reason, err
 	}
-	if !served(a.cached, Read{Method: p.method, Path: p.path, Info: info, Table: p.table}) {
+	if !servedOnce(ctx, a.cached, Read{Method: p.method, Path: p.path, Info: info, Table: p.table}) {
 		return decision, reason, nil
 	}
 	decision, reason, err = a.delegate.Authorize(ctx, attrs)

@@ -17,12 +17,14 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/registry/customresource/tableconvertor"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/endpoints/handlers"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 
@@ -214,7 +216,12 @@ func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	info, _ := request.RequestInfoFrom(req.Context())
 	h := r.handler(info)
 	if h == nil {
-		http.NotFound(w, req)
+		// The resource's cache stopped (its last IndexPolicy went) after the
+		// cluster proxy routed the request here: the client's retry passes
+		// through.
+		gv := schema.GroupVersion{Group: info.APIGroup, Version: info.APIVersion}
+		err := apierrors.NewServiceUnavailable(fmt.Sprintf("the cache of %s stopped while the request was routed to it; retry", schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}))
+		responsewriters.ErrorNegotiated(err, metaCodecs, gv, w, req)
 		return
 	}
 	h.ServeHTTP(w, req)
