@@ -1,9 +1,13 @@
 package anyresource_test
 
 import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
@@ -52,5 +56,24 @@ func TestTablesOfBuiltInsPassThrough(t *testing.T) {
 		if got := reg.Serves(c.method, c.info, c.table); got != c.want {
 			t.Errorf("%s %s %s table=%v: served %v, want %v", c.method, c.info.Verb, c.info.Resource, c.table, got, c.want)
 		}
+	}
+}
+
+// TestReadOfAStoppedCacheIs503: a read the cluster proxy routed to a cache
+// that stopped since (its last IndexPolicy went) gets a Status to retry,
+// not a bare 404 that would read as "no such resource".
+func TestReadOfAStoppedCacheIs503(t *testing.T) {
+	reg := anyresource.NewRegistry()
+	req := httptest.NewRequest(http.MethodGet, "/apis/example.com/v1/namespaces/a/widgets", nil)
+	req = req.WithContext(request.WithRequestInfo(req.Context(), &request.RequestInfo{
+		IsResourceRequest: true, Verb: "list", APIPrefix: "apis", APIGroup: "example.com", APIVersion: "v1",
+		Namespace: "a", Resource: "widgets", Path: req.URL.Path,
+	}))
+	rec := httptest.NewRecorder()
+	reg.ServeHTTP(rec, req)
+	var st metav1.Status
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != http.StatusServiceUnavailable ||
+		st.Kind != "Status" || st.Code != http.StatusServiceUnavailable || st.Reason != metav1.StatusReasonServiceUnavailable {
+		t.Fatalf("%d %s (%v)", rec.Code, rec.Body, err)
 	}
 }
