@@ -48,7 +48,7 @@ type Object struct {
 // Pack is a buffer of kept pieces of consecutive objects (Object.Move).
 type Pack = held.Pack
 
-// NewPack makes a pack of buf, which is never modified after.
+// NewPack makes a pack of buf (held.NewPack says how it is filled).
 func NewPack(buf []byte) *Pack { return held.NewPack(buf) }
 
 // Encoder writes held objects in the serving layer's wire formats, keeping

@@ -30,6 +30,12 @@ const (
 	packBytes = encoded.ListChunk
 )
 
+// maxMoveBytes bounds what one LIST moves: the first whole LIST after a
+// load would otherwise move every object at once, allocating as much again
+// as is held (the old buffers go only at the next GC) and taking seconds;
+// so it is spread over the next few whole LISTs. A variable for tests.
+var maxMoveBytes = 64 << 20
+
 var errNotHeld = errors.New("anyresource: object not held as bytes")
 
 // listItem is an item's held bytes and where they lie.
@@ -113,10 +119,11 @@ func writeItems(bw *bufio.Writer, w io.Writer, objs []*indexcache.Object, whole 
 // listWriter writes a LIST's items in order: runs as they lie, the rest
 // copied, through bw or through new packs.
 type listWriter struct {
-	bw     *bufio.Writer
-	w      io.Writer
-	first  bool // no comma before the next item
-	repack bool
+	bw        *bufio.Writer
+	w         io.Writer
+	first     bool // no comma before the next item
+	repack    bool
+	moveBytes int // moved into new packs so far
 }
 
 // writeRun writes ",items" (the comma dropped before the first item) to w,
@@ -133,51 +140,68 @@ func (lw *listWriter) writeRun(run []byte) error {
 	return err
 }
 
-// copyItems copies items: into bw, or into new packs that it writes and
-// moves the items to, when they are a whole LIST's and either fill
-// directRun or leave a sparse pack.
+// copyItems copies items: into new packs that it writes and moves the
+// items to, when they are a whole LIST's, either fill directRun or leave a
+// sparse pack, and the LIST's moves are within maxMoveBytes; through bw
+// otherwise.
 func (lw *listWriter) copyItems(items []listItem, leaving bool) error {
 	total := 0
 	for _, it := range items {
 		total += 1 + len(it.raw)
 	}
-	if !lw.repack || (total < directRun && !leaving) {
-		for _, it := range items {
-			if !lw.first {
-				if err := lw.bw.WriteByte(','); err != nil {
-					return err
-				}
-			}
-			lw.first = false
-			if _, err := lw.bw.Write(it.raw); err != nil {
+	if lw.repack && (total >= directRun || leaving) {
+		moved, err := lw.moveItems(items, total)
+		if err != nil {
+			return err
+		}
+		items = items[moved:]
+	}
+	for _, it := range items {
+		if !lw.first {
+			if err := lw.bw.WriteByte(','); err != nil {
 				return err
 			}
 		}
-		return nil
-	}
-	// Packs of even size, each at least directRun where items allow.
-	target := total / ((total + packBytes - 1) / packBytes)
-	for len(items) > 0 {
-		n, size := 1, 1+len(items[0].raw)
-		for n < len(items) && size < target && size+1+len(items[n].raw) <= packBytes {
-			size += 1 + len(items[n].raw)
-			n++
-		}
-		buf := make([]byte, 0, size)
-		at := make([]int, n)
-		for k, it := range items[:n] {
-			buf = append(buf, ',')
-			at[k] = len(buf)
-			buf = append(buf, it.raw...)
-		}
-		pack := indexcache.NewPack(buf)
-		for k, it := range items[:n] {
-			it.o.Move(heldFormat, pack, at[k])
-		}
-		if err := lw.writeRun(buf); err != nil {
+		lw.first = false
+		if _, err := lw.bw.Write(it.raw); err != nil {
 			return err
 		}
-		items = items[n:]
 	}
 	return nil
+}
+
+// moveItems writes items from new packs of even size (each at least
+// directRun where items allow), moving them there, until the LIST's
+// moves would pass maxMoveBytes; it returns how many it wrote.
+func (lw *listWriter) moveItems(items []listItem, total int) (int, error) {
+	target := total / ((total + packBytes - 1) / packBytes)
+	moved := 0
+	for moved < len(items) {
+		rest := items[moved:]
+		n, size := 1, 1+len(rest[0].raw)
+		for n < len(rest) && size < target && size+1+len(rest[n].raw) <= packBytes {
+			size += 1 + len(rest[n].raw)
+			n++
+		}
+		if lw.moveBytes+size > maxMoveBytes {
+			break
+		}
+		lw.moveBytes += size
+		// Each item is in place before it is moved there: a reader of the
+		// pack only reads what was moved (held.Kept.Move publishes it).
+		buf := make([]byte, size)
+		pack := indexcache.NewPack(buf)
+		off := 0
+		for _, it := range rest[:n] {
+			buf[off] = ','
+			copy(buf[off+1:], it.raw)
+			it.o.Move(heldFormat, pack, off+1)
+			off += 1 + len(it.raw)
+		}
+		if err := lw.writeRun(buf); err != nil {
+			return moved, err
+		}
+		moved += n
+	}
+	return moved, nil
 }

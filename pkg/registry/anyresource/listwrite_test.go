@@ -282,3 +282,41 @@ func TestConcurrentListsMoveSafely(t *testing.T) {
 	wg.Wait()
 	pc.list("")
 }
+
+// The first whole LIST after a load moves at most maxMoveBytes, however
+// much is held; the next ones move the rest.
+func TestMovesPerListAreBounded(t *testing.T) {
+	defer func(n int) { maxMoveBytes = n }(maxMoveBytes)
+	maxMoveBytes = 256 << 10
+	pc := newPackedCache(t, 300)
+	inPacks := func(items []*indexcache.Object) int {
+		n := 0
+		for _, o := range items {
+			if raw, p, _, _ := o.KeptIn(heldFormat); p != nil {
+				n += 1 + len(raw)
+			}
+		}
+		return n
+	}
+	res, _ := pc.list("")
+	total := 0
+	for _, o := range res.Items {
+		raw, _, _, _ := o.KeptIn(heldFormat)
+		total += 1 + len(raw)
+	}
+	if total < 8*maxMoveBytes {
+		t.Fatalf("%d bytes held: the test wants many times maxMoveBytes", total)
+	}
+	prev := 0
+	for i := range total/maxMoveBytes + 3 {
+		n := inPacks(res.Items)
+		if n-prev > maxMoveBytes {
+			t.Fatalf("LIST %d moved %d bytes, more than %d", i, n-prev, maxMoveBytes)
+		}
+		prev = n
+		res, _ = pc.list("")
+	}
+	if prev < total/2 {
+		t.Errorf("after %d LISTs, %d of %d bytes in packs", total/maxMoveBytes+3, prev, total)
+	}
+}

@@ -30,7 +30,8 @@ type Piece struct {
 // the writer's business (package anyresource lays out JSON list items).
 type Pack struct{ buf []byte }
 
-// NewPack makes a pack of buf, which is never modified after.
+// NewPack makes a pack of buf. Its maker writes each piece's bytes before
+// moving the piece there, and never modifies them after.
 func NewPack(buf []byte) *Pack { return &Pack{buf: buf} }
 
 // Bytes is the pack's buffer: read only.

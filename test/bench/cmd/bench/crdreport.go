@@ -103,6 +103,14 @@ func crdMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 				verdict(fmt.Sprintf("full LIST CPU vs the wire floor, rv=%s, gzip %s", c.rv, gz), fmt.Sprintf("%.2f×", r), r <= crdTargetFloor, "≤ 1.2×")
 			}
 		}
+		b.WriteString("\nCPU ms of each request in turn (the serving process):\n\n")
+		for _, c := range order {
+			for _, t := range []string{proxyDirectTarget, wireFloorTarget} {
+				if r, ok := by[c][t]; ok && len(r.ServingCPUms) > 0 {
+					fmt.Fprintf(&b, "- rv=%s, gzip %v, %s: %s\n", c.rv, c.gz, t, cpuEach(r.ServingCPUms))
+				}
+			}
+		}
 	}
 
 	// The label watcher sweep.
@@ -173,4 +181,13 @@ func crdMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 		b.WriteString(strings.Join(verdicts, "\n") + "\n")
 	}
 	return b.String()
+}
+
+// cpuEach formats CPU ms per request.
+func cpuEach(ms []float64) string {
+	parts := make([]string, len(ms))
+	for i, v := range ms {
+		parts[i] = fmt.Sprintf("%.0f", v)
+	}
+	return strings.Join(parts, ", ")
 }

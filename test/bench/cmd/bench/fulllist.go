@@ -52,8 +52,12 @@ type FullListResult struct {
 	IndexCPUms float64 `json:"indexAPIServerCPUmsPerList"`
 	// FloorCPUms is the wire floor's CPU per LIST (its own target only).
 	FloorCPUms float64 `json:"wireFloorCPUmsPerList,omitempty"`
-	Errors     int     `json:"errors"`
-	FirstError string  `json:"firstError,omitempty"`
+	// ServingCPUms is the serving process's CPU for each request in
+	// turn: a first LIST may cost more than the rest (index-apiserver's
+	// whole LISTs move what they copy into packs, a bounded share each).
+	ServingCPUms []float64 `json:"servingCPUmsEach,omitempty"`
+	Errors       int       `json:"errors"`
+	FirstError   string    `json:"firstError,omitempty"`
 }
 
 // fullListTargets: kube-apiserver, index-apiserver's group directly, and
@@ -184,10 +188,21 @@ func runFullList(ctx context.Context, s *stackInfo, o options, t target, format 
 	var lat []time.Duration
 	var first []byte
 	k0, i0, f0 := cpuSeconds(s.kubePID), cpuSeconds(s.indexPID), cpuSeconds(floorPID)
+	serving := s.indexPID
+	switch t.name {
+	case kubeTarget:
+		serving = s.kubePID
+	case wireFloorTarget:
+		serving = floorPID
+	}
+	last := cpuSeconds(serving)
 	for i := 0; i < o.fullListRequests && ctx.Err() == nil; i++ {
 		t0 := time.Now()
 		n, wire, compressed, body, err := fullList(ctx, t.client, url, format, gz, i == 0)
 		d := time.Since(t0)
+		now := cpuSeconds(serving)
+		r.ServingCPUms = append(r.ServingCPUms, (now-last)*1000)
+		last = now
 		if err == nil && i == 0 && n != want {
 			err = fmt.Errorf("%d %s, want %d", n, o.resourcePlural(), want)
 		}
