@@ -291,7 +291,6 @@ func (a *anyCaches) start(ctx context.Context, name string, res anyresource.Reso
 	var wg sync.WaitGroup
 	wg.Go(func() { cache.Run(runCtx.Done()) })
 	wg.Go(func() { feed.Run(runCtx) })
-	wg.Go(func() { anyresource.RunPacker(runCtx, cache, anyresource.PackInterval) })
 	if res.Custom && a.crds != nil {
 		wg.Go(func() { a.watchCRD(name, c, runCtx.Done()) })
 	}

@@ -130,7 +130,7 @@ func (c Codec) WriteList(w io.Writer, id runtime.Identifier, encode func(runtime
 		if _, err := bw.Write(head[1:]); err != nil {
 			return err
 		}
-		if _, err := writeItems(bw, w, items, whole); err != nil {
+		if err := writeItems(bw, w, items, whole); err != nil {
 			return err
 		}
 		_, err := bw.Write(tail)

@@ -56,14 +56,13 @@ type itemRun struct {
 
 // writeItems writes items comma-separated after what bw holds (the list's
 // head), through bw where it copies, to w directly where it does not; whole
-// as for encoded.ListWriter. capped tells that it left items to move to a
-// later whole LIST (maxMoveBytes).
-func writeItems(bw *bufio.Writer, w io.Writer, objs []*indexcache.Object, whole bool) (capped bool, err error) {
+// as for encoded.ListWriter.
+func writeItems(bw *bufio.Writer, w io.Writer, objs []*indexcache.Object, whole bool) error {
 	items := make([]listItem, len(objs))
 	for i, o := range objs {
 		raw, pack, at, ok := o.KeptIn(heldFormat)
 		if !ok {
-			return false, errNotHeld
+			return errNotHeld
 		}
 		items[i] = listItem{o: o, raw: raw, pack: pack, at: at}
 	}
@@ -96,7 +95,7 @@ func writeItems(bw *bufio.Writer, w io.Writer, objs []*indexcache.Object, whole 
 		if r := runs[i]; direct(r) {
 			last := items[r.to-1]
 			if err := lw.writeRun(r.pack.Bytes()[items[r.from].at-1 : last.at+len(last.raw)]); err != nil {
-				return lw.capped, err
+				return err
 			}
 			i++
 			continue
@@ -110,11 +109,11 @@ func writeItems(bw *bufio.Writer, w io.Writer, objs []*indexcache.Object, whole 
 			leaving = leaving || sparse(r.pack)
 		}
 		if err := lw.copyItems(items[runs[i].from:runs[j-1].to], leaving); err != nil {
-			return lw.capped, err
+			return err
 		}
 		i = j
 	}
-	return lw.capped, nil
+	return nil
 }
 
 // listWriter writes a LIST's items in order: runs as they lie, the rest
@@ -124,8 +123,7 @@ type listWriter struct {
 	w         io.Writer
 	first     bool // no comma before the next item
 	repack    bool
-	moveBytes int  // moved into new packs so far
-	capped    bool // moves stopped at maxMoveBytes
+	moveBytes int // moved into new packs so far
 }
 
 // writeRun writes ",items" (the comma dropped before the first item) to w,
@@ -186,7 +184,6 @@ func (lw *listWriter) moveItems(items []listItem, total int) (int, error) {
 			n++
 		}
 		if lw.moveBytes+size > maxMoveBytes {
-			lw.capped = true
 			break
 		}
 		lw.moveBytes += size

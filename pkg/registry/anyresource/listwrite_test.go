@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -91,7 +90,7 @@ func (pc *packedCache) list(label string) (*indexcache.ListResult, *countingWrit
 	var w countingWriter
 	bw := bufio.NewWriterSize(&w, 64<<10)
 	bw.WriteString("[")
-	if _, err := writeItems(bw, &w, res.Items, res.Whole); err != nil {
+	if err := writeItems(bw, &w, res.Items, res.Whole); err != nil {
 		t.Fatal(err)
 	}
 	bw.WriteString("]")
@@ -261,7 +260,7 @@ func TestConcurrentListsMoveSafely(t *testing.T) {
 				var w bytes.Buffer
 				bw := bufio.NewWriter(&w)
 				bw.WriteString("[")
-				if _, err := writeItems(bw, &w, res.Items, res.Whole); err != nil {
+				if err := writeItems(bw, &w, res.Items, res.Whole); err != nil {
 					t.Error(err)
 					return
 				}
@@ -319,48 +318,5 @@ func TestMovesPerListAreBounded(t *testing.T) {
 	}
 	if prev < total/2 {
 		t.Errorf("after %d LISTs, %d of %d bytes in packs", total/maxMoveBytes+3, prev, total)
-	}
-}
-
-// The packer moves a cache's items into packs between LISTs, so that the
-// next whole LIST moves nothing; it stops with its context.
-func TestPackerPacksBetweenLists(t *testing.T) {
-	pc := newPackedCache(t, 200)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		RunPacker(ctx, pc.cache, 10*time.Millisecond)
-	}()
-	packedShare := func() float64 {
-		in, all := 0, 0
-		for _, o := range pc.cache.All() {
-			raw, p, _, _ := o.KeptIn(heldFormat)
-			all += len(raw)
-			if p != nil {
-				in += len(raw)
-			}
-		}
-		return float64(in) / float64(all)
-	}
-	for deadline := time.Now().Add(20 * time.Second); packedShare() < 0.5; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("after 20s, %.0f%% of the bytes held are in packs", 100*packedShare())
-		}
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the packer did not stop with its context")
-	}
-	res, _ := pc.list("")
-	before := packs(t, res.Items)
-	res, _ = pc.list("")
-	for i, p := range packs(t, res.Items) {
-		if p != before[i] {
-			t.Fatalf("item %d moved by a whole LIST after the packer's pass", i)
-		}
 	}
 }
