@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,14 +25,19 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/registry/encoded"
 )
 
-var heldObjects = flag.Int("held-objects", 50000, "custom resources BenchmarkFullList holds")
+var (
+	heldObjects = flag.Int("held-objects", 50000, "custom resources BenchmarkFullList holds")
+	listChurn   = flag.Int("list-churn", 2500, "objects BenchmarkFullList's held-churn updates before each LIST")
+)
 
 // BenchmarkFullList: a JSON LIST of every held custom resource (about
 // 3.8 KB each, SparkApplication-like) through k8s.io/apiserver's list
 // handler and the held bytes' writer, over TLS and HTTP/2 ("held"),
 // against the same body written from one buffer ("floor", the bench's wire
 // floor in process): what a full LIST costs index-apiserver beyond writing
-// its bytes to the wire. Client and server share the process.
+// its bytes to the wire. "held-churn" updates -list-churn random objects
+// before each LIST (not measured), as a busy resource does between two
+// full LISTs. Client and server share the process.
 //
 //	go test -run xxx -bench FullList -benchtime 10x ./pkg/registry/anyresource/ [-cpuprofile cpu.out]
 func BenchmarkFullList(b *testing.B) {
@@ -85,8 +91,13 @@ func BenchmarkFullList(b *testing.B) {
 			}
 		}),
 	}
-	for _, name := range []string{"held", "floor"} {
-		srv := httptest.NewUnstartedServer(handlers[name])
+	rv := 1000 + len(objs)
+	for _, name := range []string{"held", "held-churn", "floor"} {
+		handler, churn := name, 0
+		if name == "held-churn" {
+			handler, churn = "held", *listChurn
+		}
+		srv := httptest.NewUnstartedServer(handlers[handler])
 		srv.EnableHTTP2 = true
 		srv.StartTLS()
 		b.Cleanup(srv.Close)
@@ -112,13 +123,27 @@ func BenchmarkFullList(b *testing.B) {
 			floorBody = body.Bytes()
 		}
 		b.Run(name, func(b *testing.B) {
-			start := processCPU(b)
+			var cpu time.Duration
 			for range b.N {
+				b.StopTimer()
+				for range churn {
+					rv++
+					o, err := rawobject.Decode([]byte(sparkApplicationAt(rand.Intn(len(objs)), rv)))
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := cache.Ingest().Update(o); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				start := processCPU(b)
 				b.SetBytes(list(b, io.Discard))
+				cpu += processCPU(b) - start
 			}
 			// The process's CPU, client included (the same work for
-			// both cases): steadier than ns/op on a busy machine.
-			b.ReportMetric(float64((processCPU(b)-start).Milliseconds())/float64(b.N), "cpu-ms/op")
+			// all cases): steadier than ns/op on a busy machine.
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
 		})
 	}
 }
@@ -132,7 +157,10 @@ func processCPU(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func sparkApplication(i int) string {
+func sparkApplication(i int) string { return sparkApplicationAt(i, 1000+i) }
+
+// sparkApplicationAt is object i at resourceVersion rv.
+func sparkApplicationAt(i, rv int) string {
 	args := make([]string, 40)
 	for j := range args {
 		args[j] = fmt.Sprintf(`"--conf=spark.executor.extraJavaOptions.%d=-XX:+UseG1GC -Dapp=%d"`, j, i)
@@ -140,5 +168,5 @@ func sparkApplication(i int) string {
 	return fmt.Sprintf(`{"apiVersion":"sparkoperator.k8s.io/v1beta2","kind":"SparkApplication","metadata":{"name":"app-%d","namespace":"ns-%d","uid":"%08x-0000-4000-8000-000000000000","resourceVersion":"%d","labels":{"app":"app-%d"}},`+
 		`"spec":{"type":"Scala","mode":"cluster","image":"spark:3.5.1","mainClass":"org.apache.spark.examples.SparkPi","arguments":[%s],"driver":{"cores":1,"memory":"512m"},"executor":{"instances":10,"cores":1,"memory":"512m"}},`+
 		`"status":{"applicationState":{"state":"RUNNING"},"sparkApplicationId":"spark-%032x","executorState":{"exec-1":"RUNNING"}}}`,
-		i, i%100, i, 1000+i, i/10, strings.Join(args, ","), i)
+		i, i%100, i, rv, i/10, strings.Join(args, ","), i)
 }

@@ -141,15 +141,22 @@ func (lw *listWriter) writeRun(run []byte) error {
 }
 
 // copyItems copies items: into new packs that it writes and moves the
-// items to, when they are a whole LIST's, either fill directRun or leave a
-// sparse pack, and the LIST's moves are within maxMoveBytes; through bw
-// otherwise.
+// items to, when they are a whole LIST's, those in no pack fill directRun
+// or some leave a sparse pack, and the LIST's moves are within
+// maxMoveBytes; through bw otherwise.
 func (lw *listWriter) copyItems(items []listItem, leaving bool) error {
-	total := 0
+	total, loose := 0, 0
 	for _, it := range items {
 		total += 1 + len(it.raw)
+		if it.pack == nil {
+			loose += 1 + len(it.raw)
+		}
 	}
-	if lw.repack && (total >= directRun || leaving) {
+	// Items still in a dense pack are not moved for a few changed
+	// neighbours: that would move some 64 KiB per changed object under
+	// churn. They are copied until enough loose items gather to fill
+	// directRun, or their pack turns sparse.
+	if lw.repack && (loose >= directRun || leaving) {
 		moved, err := lw.moveItems(items, total)
 		if err != nil {
 			return err
