@@ -25,9 +25,14 @@ type packedCache struct {
 	cache *indexcache.Cache
 	json  map[string]string
 	rv    int
+	sizes []int // of the objects' spec, by index and version
 }
 
 func newPackedCache(t *testing.T, n int) *packedCache {
+	return newPackedCacheOf(t, n, []int{10, 3000, 4000, 20000, 90000})
+}
+
+func newPackedCacheOf(t *testing.T, n int, sizes []int) *packedCache {
 	res := Resource{
 		GVR:  schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"},
 		Kind: "Widget", ListKind: "WidgetList", Singular: "widget", Namespaced: true, Custom: true,
@@ -37,7 +42,7 @@ func newPackedCache(t *testing.T, n int) *packedCache {
 		t.Fatal(err)
 	}
 	t.Cleanup(cache.Stop)
-	pc := &packedCache{t: t, cache: cache, json: map[string]string{}, rv: 100}
+	pc := &packedCache{t: t, cache: cache, json: map[string]string{}, rv: 100, sizes: sizes}
 	var objs []interface{}
 	for i := range n {
 		objs = append(objs, pc.object(i))
@@ -52,8 +57,12 @@ func newPackedCache(t *testing.T, n int) *packedCache {
 // to more than a pack, so that items are alone in packs, share them and
 // straddle their ends.
 func (pc *packedCache) object(i int) *rawobject.Object {
+	return pc.objectSized(i, pc.sizes[(i+pc.rv+1)%len(pc.sizes)])
+}
+
+// objectSized is the next version of widget i with size bytes of spec.
+func (pc *packedCache) objectSized(i, size int) *rawobject.Object {
 	pc.rv++
-	size := []int{10, 3000, 4000, 20000, 90000}[(i+pc.rv)%5]
 	js := fmt.Sprintf(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w-%04d","namespace":"ns-%d","resourceVersion":"%d","labels":{"app":"a-%d"}},"spec":{"pad":%q}}`,
 		i, i%3, pc.rv, i%20, strings.Repeat("x", size))
 	o, err := rawobject.Decode([]byte(js))
@@ -318,5 +327,49 @@ func TestMovesPerListAreBounded(t *testing.T) {
 	}
 	if prev < total/2 {
 		t.Errorf("after %d LISTs, %d of %d bytes in packs", total/maxMoveBytes+3, prev, total)
+	}
+}
+
+// One changed object does not move its neighbours out of their dense pack:
+// under churn that would move some 64 KiB per change. The changed version
+// is copied; the rest stays where it lies.
+func TestChangedNeighboursStay(t *testing.T) {
+	pc := newPackedCacheOf(t, 300, []int{3000})
+	res, _ := pc.list("")
+	before := packs(t, res.Items)
+	// The middle item of a pack of many: what lies either side of it in
+	// the pack is shorter than directRun.
+	changed := -1
+	for i := range before {
+		n := 0
+		for j := range before {
+			if before[j] == before[i] {
+				n++
+			}
+		}
+		if before[i] != nil && n >= 10 && i >= n/2 && before[i-n/2] == before[i] {
+			changed = i
+			break
+		}
+	}
+	if changed < 0 {
+		t.Fatal("no pack of ten items or more")
+	}
+	var idx int
+	if _, err := fmt.Sscanf(res.Items[changed].GetName(), "w-%d", &idx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.cache.Ingest().Update(pc.object(idx)); err != nil {
+		t.Fatal(err)
+	}
+	res, _ = pc.list("")
+	after := packs(t, res.Items)
+	for i := range after {
+		if i != changed && after[i] != before[i] {
+			t.Errorf("item %d moved for a change of item %d", i, changed)
+		}
+	}
+	if after[changed] != nil {
+		t.Errorf("the changed item was moved alone into a pack")
 	}
 }
