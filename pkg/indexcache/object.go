@@ -135,27 +135,28 @@ func (o *Object) CacheEncode(id runtime.Identifier, encode func(runtime.Object, 
 // Kept returns the piece kept under format, made by make the first time.
 // A private copy keeps nothing.
 func (o *Object) Kept(format string, make func() ([]byte, error)) ([]byte, error) {
-	o.mu.RLock()
-	k := o.kept
-	o.mu.RUnlock()
-	if k != nil {
-		if raw := k.Get(format); raw != nil {
-			return raw, nil
-		}
-	}
+	k := o.keptPieces()
 	if k == nil {
 		return make()
 	}
+	if raw := k.Get(format); raw != nil {
+		return raw, nil
+	}
 	return k.Make(format, make)
+}
+
+// keptPieces is the entry's kept serializations; nil for a private copy.
+func (o *Object) keptPieces() *held.Kept {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.kept
 }
 
 // KeptIn returns the piece kept under format and the pack it lies in (nil,
 // when in none) with its offset there; ok is false when nothing is kept
 // under format or the object is a private copy.
 func (o *Object) KeptIn(format string) (raw []byte, pack *Pack, at int, ok bool) {
-	o.mu.RLock()
-	k := o.kept
-	o.mu.RUnlock()
+	k := o.keptPieces()
 	if k == nil {
 		return nil, nil, 0, false
 	}
@@ -168,10 +169,7 @@ func (o *Object) KeptIn(format string) (raw []byte, pack *Pack, at int, ok bool)
 // buffer goes once no reader holds it. For every holder of this version
 // (store, snapshots, event window), as its pieces are shared.
 func (o *Object) Move(format string, pack *Pack, at int) {
-	o.mu.RLock()
-	k := o.kept
-	o.mu.RUnlock()
-	if k != nil {
+	if k := o.keptPieces(); k != nil {
 		k.Move(format, pack, at)
 	}
 }

@@ -77,10 +77,9 @@ func writeItems(bw *bufio.Writer, w io.Writer, objs []*indexcache.Object, whole 
 				j++
 			}
 		}
-		r := itemRun{from: i, to: j, pack: p, bytes: items[j-1].at + len(items[j-1].raw) - items[i].at}
-		if p == nil {
-			r.bytes = len(items[i].raw)
-		} else {
+		r := itemRun{from: i, to: j, pack: p, bytes: len(items[i].raw)}
+		if p != nil {
+			r.bytes = items[j-1].at + len(items[j-1].raw) - items[i].at
 			live[p] += r.bytes
 		}
 		runs = append(runs, r)

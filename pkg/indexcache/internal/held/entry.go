@@ -30,9 +30,6 @@ type Entry struct {
 	Kept Kept
 }
 
-// Field returns the values of a selectable field; id comes from the Cache's fieldIDs.
-func (e *Entry) Field(id int) []string { return e.Fields[id] }
-
 // Cell is the stable home of one key's current entry. Indexes hold cells,
 // not entries, so an update that keeps every indexed value touches no index.
 type Cell struct{ E *Entry }

@@ -195,22 +195,11 @@ func sameValues(a, b []string) bool {
 	return true
 }
 
-// candidates returns, sorted by key, the entries that satisfy every exact
-// requirement an index can answer (see collect); ok is false when no index
-// applies. The caller still applies the full predicate.
-func (s *IndexSet) candidates(p *held.Predicate) (out []*held.Entry, name string, ok bool) {
-	out, name, ok = s.collect(p)
-	if ok {
-		out = SortCandidates(out)
-	}
-	return out, name, ok
-}
-
 // collect returns, in no order and possibly repeated, the entries that
 // satisfy every exact requirement an index can answer, starting from the
 // smallest candidate set and probing the others: one pointer copy per
 // candidate, so that readers hold the lock for no more, and sort after
-// releasing it (sortCandidates).
+// releasing it (SortCandidates).
 func (s *IndexSet) collect(p *held.Predicate) (out []*held.Entry, name string, ok bool) {
 	type set struct {
 		name   string

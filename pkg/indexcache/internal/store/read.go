@@ -42,28 +42,6 @@ func (s *Store) cloneTree() *btree.BTreeG[*held.Entry] {
 	return s.tree.Clone()
 }
 
-// selectLocked returns the entries pred selects in the live state, in key
-// order, and the index that chose them. The caller holds mu.
-func (s *Store) selectLocked(pred *held.Predicate) ([]*held.Entry, string) {
-	if cands, name, ok := s.indexes.candidates(pred); ok {
-		out := cands[:0]
-		for _, e := range cands {
-			if pred.Matches(e) {
-				out = append(out, e)
-			}
-		}
-		return out, name
-	}
-	var out []*held.Entry
-	name := s.Scan(s.tree, pred, "", func(e *held.Entry) bool {
-		if pred.Matches(e) {
-			out = append(out, e)
-		}
-		return true
-	})
-	return out, name
-}
-
 // Scan walks the part of tree pred can match from startKey on: a namespace's
 // key range when the selection is confined to one, else everything. It
 // returns the name for the list metric.
