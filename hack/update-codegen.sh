@@ -5,7 +5,13 @@ set -o errexit -o nounset -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MODULE=github.com/index-apiserver/index-apiserver
-CODEGEN_PKG=$(cd "$ROOT" && go list -m -f '{{.Dir}}' k8s.io/code-generator)
+# go list -m prints no directory for a module not downloaded yet (an empty
+# module cache): download it first.
+CODEGEN_PKG=$(cd "$ROOT" && go mod download k8s.io/code-generator && go list -m -f '{{.Dir}}' k8s.io/code-generator)
+if [[ -z "$CODEGEN_PKG" || ! -f "$CODEGEN_PKG/kube_codegen.sh" ]]; then
+  echo "k8s.io/code-generator is not in the module cache (go mod download k8s.io/code-generator)" >&2
+  exit 1
+fi
 BOILERPLATE="$ROOT/hack/boilerplate.go.txt"
 
 # shellcheck source=/dev/null

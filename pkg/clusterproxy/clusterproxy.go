@@ -114,7 +114,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	inner := innerRequest(req)
 	outcome := OutcomePassthrough
-	if servedOnce(req.Context(), h.cfg.Cached, Read{Method: req.Method, Path: inner.URL.Path, Info: info, Table: AsTable(req.Header)}) {
+	if servedOnce(req.Context(), h.cfg.Cached, Read{Method: req.Method, Path: inner.URL.Path, Info: info, Table: AsTable(req.Header), Query: inner.URL.Query()}) {
 		outcome = OutcomeCache
 	}
 	audit.AddAuditAnnotation(req.Context(), "indexing.k8s.io/cluster-proxy", outcome)

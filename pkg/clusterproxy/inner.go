@@ -3,6 +3,7 @@ package clusterproxy
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -44,6 +45,8 @@ type Read struct {
 	// Table: the client asks for a Table (as=Table in Accept), which a
 	// cache answers only with the resource's own columns.
 	Table bool
+	// Query is the inner request's query (selectors, resourceVersion).
+	Query url.Values
 }
 
 // Cached tells whether a read is served from a cache.
@@ -104,6 +107,7 @@ type prefixed struct {
 	method string
 	path   string // inside the prefix
 	table  bool   // AsTable
+	query  url.Values
 
 	// cached is whether a cache serves the request, decided once
 	// (servedOnce): the authorizer checks the caller's right to the inner
@@ -121,7 +125,7 @@ type prefixedKey struct{}
 func Mark(handler http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if Under(req.URL.Path) {
-			p := &prefixed{method: req.Method, path: strip(req.URL.Path), table: AsTable(req.Header)}
+			p := &prefixed{method: req.Method, path: strip(req.URL.Path), table: AsTable(req.Header), query: req.URL.Query()}
 			req = req.WithContext(context.WithValue(req.Context(), prefixedKey{}, p))
 		}
 		handler.ServeHTTP(w, req)
@@ -201,7 +205,7 @@ func (a prefixAuthorizer) Authorize(ctx context.Context, attrs authorizer.Attrib
 		}
 		return decision, reason, err
 	}
-	if !servedOnce(ctx, a.cached, Read{Method: p.method, Path: p.path, Info: info, Table: p.table}) {
+	if !servedOnce(ctx, a.cached, Read{Method: p.method, Path: p.path, Info: info, Table: p.table, Query: p.query}) {
 		return decision, reason, nil
 	}
 	decision, reason, err = a.delegate.Authorize(ctx, attrs)
