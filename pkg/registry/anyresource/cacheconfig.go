@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	kubescheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
@@ -38,15 +39,15 @@ func (r Resource) CacheConfig() indexcache.Config {
 			return []string{v}
 		}
 	}
-	gvk, codec := r.GVK(), r.Codec()
+	codec := r.Codec()
 	return indexcache.Config{
 		GroupResource: r.GVR.GroupResource(),
 		Namespaced:    r.Namespaced,
-		NewFunc: func() runtime.Object {
-			u := &unstructured.Unstructured{}
-			u.SetGroupVersionKind(gvk)
-			return u
-		},
+		// Bookmarks: a built-in's compiled type, so that they are written
+		// as kube-apiserver writes them (its fields in their order, empty
+		// ones as the type writes them); Unstructured otherwise, as a
+		// custom resource's are.
+		NewFunc: r.bookmark,
 		Transform: func(obj interface{}) (runtime.Object, error) {
 			if o, ok := obj.(*rawobject.Object); ok {
 				return o, nil
@@ -58,4 +59,17 @@ func (r Resource) CacheConfig() indexcache.Config {
 		Fields:              fields,
 		AlwaysIndexedFields: []string{"metadata.name"},
 	}
+}
+
+// bookmark is an empty object of r, the kind of a bookmark event's object.
+func (r Resource) bookmark() runtime.Object {
+	gvk := r.GVK()
+	if !r.Custom && kubescheme.Scheme.Recognizes(gvk) {
+		if obj, err := kubescheme.Scheme.New(gvk); err == nil {
+			return obj
+		}
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	return u
 }

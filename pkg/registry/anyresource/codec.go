@@ -3,10 +3,13 @@ package anyresource
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -55,8 +58,21 @@ func (c Codec) Expand(format string, raw []byte) (runtime.Object, error) {
 	if format != heldFormat {
 		return nil, errors.New("anyresource: cannot expand " + format)
 	}
-	obj, _, err := unstructured.UnstructuredJSONScheme.Decode(rawobject.Single(raw, c.GVK), nil, nil)
+	obj, _, err := unstructured.UnstructuredJSONScheme.Decode(c.single(raw), nil, nil)
 	return obj, err
+}
+
+// single is held bytes as a GET or a watch event writes the object: a
+// built-in's list item with kind and apiVersion put first (as its compiled
+// type writes them); a custom resource's bytes as they are, since they
+// carry both (Unstructured's sorted keys, kube-apiserver's own bytes), or
+// with both put first if they do not (never from kube-apiserver; what
+// decodes them does not mind where they lie).
+func (c Codec) single(raw []byte) []byte {
+	if !c.BuiltIn && carriesType(raw) {
+		return raw
+	}
+	return rawobject.Single(raw, c.GVK)
 }
 
 // CacheEncode writes o as encode would: its held bytes for plain JSON.
@@ -79,6 +95,10 @@ func (c Codec) CacheEncode(o *indexcache.Object, id runtime.Identifier, encode f
 	if err != nil {
 		return err
 	}
+	if !c.BuiltIn && !carriesType(raw) {
+		// Not kube-apiserver's bytes: encoded as it would encode them.
+		return encode(o.Decoded(), w)
+	}
 	return c.writeSingle(w, raw)
 }
 
@@ -86,18 +106,13 @@ func held(o *indexcache.Object) ([]byte, error) {
 	return o.Kept(heldFormat, func() ([]byte, error) { return nil, errNotHeld })
 }
 
-// writeSingle writes held bytes as a GET's body: kind and apiVersion first
-// for a built-in, a newline after, as the JSON serializer ends. The first
-// write is one byte, so the response writer decides on compression by the
-// whole body, as for the serializer's single write.
+// writeSingle writes held bytes as a GET's body (single): a newline after,
+// as the JSON serializer ends. The first write is one byte, so the
+// response writer decides on compression by the whole body, as for the
+// serializer's single write.
 func (c Codec) writeSingle(w io.Writer, raw []byte) error {
-	var err error
-	if rawobject.Typed(raw) {
-		_, err = encoded.WriteAll(w, raw[:1], raw[1:], newline)
-		return err
-	}
-	body := rawobject.Single(raw, c.GVK)
-	_, err = encoded.WriteAll(w, body[:1], body[1:], newline)
+	body := c.single(raw)
+	_, err := encoded.WriteAll(w, body[:1], body[1:], newline)
 	return err
 }
 
@@ -109,14 +124,19 @@ func (c Codec) WriteList(w io.Writer, id runtime.Identifier, encode func(runtime
 	if plain, err := c.plainJSON(id, encode); err != nil || !plain {
 		return false, err
 	}
-	if u, ok := envelope.(*unstructured.UnstructuredList); ok && c.BuiltIn && u.GetContinue() == "" {
-		unstructured.RemoveNestedField(u.Object, "metadata", "continue")
+	var out []byte
+	if c.BuiltIn {
+		var err error
+		if out, err = builtInEnvelope(envelope); err != nil {
+			return false, err
+		}
+	} else {
+		var buf bytes.Buffer
+		if err := encode(envelope, &buf); err != nil {
+			return false, err
+		}
+		out = buf.Bytes()
 	}
-	var buf bytes.Buffer
-	if err := encode(envelope, &buf); err != nil {
-		return false, err
-	}
-	out := buf.Bytes()
 	marker := []byte(`"items":[]`)
 	at := bytes.Index(out, marker)
 	if at < 0 {
@@ -136,6 +156,33 @@ func (c Codec) WriteList(w io.Writer, id runtime.Identifier, encode func(runtime
 		_, err := bw.Write(tail)
 		return err
 	})
+}
+
+// builtInEnvelope is a built-in's LIST body without items as its compiled
+// list type writes it (kind, apiVersion, metadata with ListMeta's fields in
+// their order and empty ones left out, items), the items' place marked by
+// "items":[], a newline after.
+func builtInEnvelope(envelope runtime.Object) ([]byte, error) {
+	gvk := envelope.GetObjectKind().GroupVersionKind()
+	lm, err := meta.ListAccessor(envelope)
+	if err != nil {
+		return nil, err
+	}
+	m := metav1.ListMeta{ResourceVersion: lm.GetResourceVersion(), Continue: lm.GetContinue(), RemainingItemCount: lm.GetRemainingItemCount()}
+	if s, ok := envelope.(metav1.ShardedListInterface); ok {
+		m.ShardInfo = s.GetShardInfo()
+	}
+	head := struct {
+		metav1.TypeMeta `json:",inline"`
+		metav1.ListMeta `json:"metadata"`
+		Items           []struct{} `json:"items"`
+	}{metav1.TypeMeta{Kind: gvk.Kind, APIVersion: gvk.GroupVersion().String()}, m, []struct{}{}}
+	var buf bytes.Buffer
+	// An Encoder, as the JSON serializer writes (HTML escaped, newline).
+	if err := json.NewEncoder(&buf).Encode(head); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // plainJSON tells whether encode is the compact JSON encoder for this

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/runtime/serializer/versioning"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	kubescheme "k8s.io/client-go/kubernetes/scheme"
 )
 
 // metaScheme holds the typed objects a read of any resource may answer
@@ -38,7 +39,12 @@ func (t typer) ObjectKinds(obj runtime.Object) ([]schema.GroupVersionKind, bool,
 	if _, ok := obj.(runtime.Unstructured); ok {
 		return t.unstructured.ObjectKinds(obj)
 	}
-	return metaScheme.ObjectKinds(obj)
+	kinds, unversioned, err := metaScheme.ObjectKinds(obj)
+	if err != nil && runtime.IsNotRegisteredError(err) {
+		// A built-in's compiled type: its bookmarks (Resource.bookmark).
+		return kubescheme.Scheme.ObjectKinds(obj)
+	}
+	return kinds, unversioned, err
 }
 
 func (t typer) Recognizes(gvk schema.GroupVersionKind) bool {
@@ -77,7 +83,12 @@ func (c convertor) ConvertToVersion(in runtime.Object, target runtime.GroupVersi
 		if out, err := c.params.ConvertToVersion(in, target); err == nil {
 			return out, nil
 		}
-		return metaScheme.ConvertToVersion(in, target)
+		out, err := metaScheme.ConvertToVersion(in, target)
+		if err != nil && runtime.IsNotRegisteredError(err) {
+			// A built-in's compiled type (its bookmarks), at its version.
+			return kubescheme.Scheme.ConvertToVersion(in, target)
+		}
+		return out, err
 	}
 	kind := in.GetObjectKind().GroupVersionKind()
 	gvk, ok := target.KindForGroupVersionKinds([]schema.GroupVersionKind{kind})
