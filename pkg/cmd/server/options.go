@@ -19,6 +19,7 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apiserver"
@@ -57,15 +58,46 @@ type Options struct {
 // pods and nodes (package cachebudget).
 type BudgetOptions struct {
 	MaxResources int
-	MaxBytes     resource.QuantityValue
+	// MaxBytes is --max-cache-bytes; when not given, Budget derives it from
+	// the memory the server may use.
+	MaxBytes OptionalQuantity
+	// CgroupRoot is the file system root under which the cgroup's memory
+	// limit is read ("/"; tests point it at a fake tree).
+	CgroupRoot string
 }
 
-// Defaults: the chart's memory limit is 1Gi; a quarter of it for the
-// caches policies start leaves the rest to pods, nodes, indexes, watchers
-// and requests.
+// OptionalQuantity is a quantity flag that knows whether it was given.
+type OptionalQuantity struct {
+	resource.QuantityValue
+	Given bool
+}
+
+// Set parses s and marks the quantity given.
+func (q *OptionalQuantity) Set(s string) error {
+	if err := q.QuantityValue.Set(s); err != nil {
+		return err
+	}
+	q.Given = true
+	return nil
+}
+
+// String is the quantity when given, else empty (--help then prints no
+// default: the flag's text says how it is derived).
+func (q *OptionalQuantity) String() string {
+	if !q.Given {
+		return ""
+	}
+	return q.QuantityValue.String()
+}
+
+// Type names the flag's value in --help.
+func (q *OptionalQuantity) Type() string { return "quantity" }
+
+// Defaults. --max-cache-bytes has none of its own: it is
+// cachebudget.ShareDenominator's share of the memory limit
+// (cachebudget.Memory.MaxBytes), cachebudget.FallbackMaxBytes without one.
 const (
 	DefaultMaxCachedResources = 16
-	DefaultMaxCacheBytes      = "256Mi"
 )
 
 // AddFlags adds the budget flags.
@@ -76,10 +108,16 @@ func (b *BudgetOptions) AddFlags(fs *pflag.FlagSet) {
 			"Resources cached first keep their caches. 0: no cap.")
 	fs.Var(&b.MaxBytes, "max-cache-bytes",
 		"The most bytes of kube-apiserver's JSON (managedFields aside) that the caches IndexPolicies start beyond pods and nodes may hold together, as a quantity (512Mi, 2Gi). "+
+			fmt.Sprintf("Default: 1/%d of the memory the server may use, rounded down to a MiB: the smaller of its cgroup's memory limit "+
+				"(cgroup v2 memory.max, v1 memory.limit_in_bytes) and GOMEMLIMIT; %s when neither is set. ",
+				cachebudget.ShareDenominator, cachebudget.Bytes(cachebudget.FallbackMaxBytes))+
+			"Measured, the caches it counts take 3 to 3.6 times their bytes in RSS (indexes, event window, Go's heap headroom): a full default budget is at most about 45% of the limit, "+
+			"the rest is for pods and nodes (not counted here), watches, requests and the process; the derived value is logged at start. "+
 			"Before a cache starts, its size is estimated from a LIST with limit=1 (one object times remainingItemCount); a resource that would not fit is refused. "+
 			"The caches are measured every 2s: while they hold more, the newest cache is stopped and its memory given back, its reads pass through to kube-apiserver, "+
 			"and it starts again once what it held fits. Either way its policies read Ready=False, reason OverBudget, and "+
-			"index_apiserver_cache_over_budget_resources counts it. Indexes, decoded metadata and Go's overhead come on top, and pods and nodes are not counted: leave the server's memory limit room for them. 0: no budget.")
+			"index_apiserver_cache_over_budget_resources counts it. 0: no budget. "+
+			fmt.Sprintf("Without GOMEMLIMIT in its environment, the server also sets Go's memory limit to %d%% of the cgroup's limit (GOMEMLIMIT=off: none).", cachebudget.GoLimitPercent))
 }
 
 // Validate checks the budget flags.
@@ -94,9 +132,35 @@ func (b *BudgetOptions) Validate() []error {
 	return errs
 }
 
-// Budget is the cachebudget.Budget of the flags.
+// Budget is the cachebudget.Budget of the flags. Called once, at start:
+// unless --max-cache-bytes was given it reads the memory limit, derives the
+// bytes budget from it and logs both; without GOMEMLIMIT it also sets Go's
+// memory limit from the cgroup's (cachebudget.Memory.SetGoLimit).
 func (b *BudgetOptions) Budget() cachebudget.Budget {
-	return cachebudget.Budget{MaxResources: b.MaxResources, MaxBytes: b.MaxBytes.Value()}
+	root := b.CgroupRoot
+	if root == "" {
+		root = "/"
+	}
+	mem, err := cachebudget.ReadMemory(root)
+	if err != nil {
+		klog.ErrorS(err, "Reading the cgroup's memory limit; taken as no limit")
+	}
+	if set := mem.SetGoLimit(); set > 0 {
+		klog.InfoS("Set Go's memory limit from the cgroup's (GOMEMLIMIT is not set)",
+			"goMemoryLimit", cachebudget.Bytes(set), "cgroupLimit", cachebudget.Bytes(mem.Cgroup), "cgroupFile", mem.CgroupFile,
+			"percent", cachebudget.GoLimitPercent)
+	}
+	maxBytes := b.MaxBytes.Value()
+	if b.MaxBytes.Given {
+		klog.InfoS("Cache budget", "maxCacheBytes", cachebudget.Bytes(maxBytes), "from", "--max-cache-bytes",
+			"memoryLimit", cachebudget.Bytes(mem.Limit()), "memoryLimitSource", mem.Source())
+	} else {
+		maxBytes = mem.MaxBytes()
+		klog.InfoS("Cache budget derived from the memory limit", "maxCacheBytes", cachebudget.Bytes(maxBytes),
+			"memoryLimit", cachebudget.Bytes(mem.Limit()), "memoryLimitSource", mem.Source(),
+			"formula", fmt.Sprintf("memory limit / %d, rounded down to a MiB; %s without a limit", cachebudget.ShareDenominator, cachebudget.Bytes(cachebudget.FallbackMaxBytes)))
+	}
+	return cachebudget.Budget{MaxResources: b.MaxResources, MaxBytes: maxBytes}
 }
 
 // ConcurrencyOptions are kube-apiserver's limits of requests served at once;
@@ -154,7 +218,7 @@ func NewOptions() *Options {
 		Concurrency:    ConcurrencyOptions{MaxRequestsInFlight: 400, MaxMutatingRequestsInFlight: 200},
 		Budget: BudgetOptions{
 			MaxResources: DefaultMaxCachedResources,
-			MaxBytes:     resource.QuantityValue{Quantity: resource.MustParse(DefaultMaxCacheBytes)},
+			CgroupRoot:   "/",
 		},
 		Cache: CacheOptions{
 			CacheConfig: apiserver.CacheConfig{
