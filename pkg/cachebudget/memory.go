@@ -23,11 +23,11 @@ import (
 // its live heap by 1.9–2.2 times (CRD runs of 2026-11-26 19:00 to 2026-11-27
 // 00:52 on 2 CPUs, docs/benchmarks.md, "Budgets that fit the pod" in
 // docs/deploy.md). A full budget then takes at most 45% of the memory limit,
-// leaving the rest to what no budget counts: pods and nodes (11–16 KiB of
-// RSS per pod), open watches (about 72 KiB each), requests in flight (a
-// whole LIST moves up to 64 MiB into packs) and the process itself (about
-// 90 MiB). A quarter would let a full budget reach 90% of the limit: an
-// out-of-memory kill, not a refusal.
+// leaving the rest to what no budget counts: pods and nodes (11.6–16.2 KiB
+// of RSS per realistic pod), open watches (75–90 KiB of RSS each), requests
+// in flight (a whole LIST moves up to 64 MiB into packs) and the process
+// itself (86–103 MiB). A quarter would let a full budget reach 75–90% of
+// the limit before any pod: an out-of-memory kill, not a refusal.
 const (
 	// ShareDenominator: --max-cache-bytes defaults to the memory limit
 	// divided by it, rounded down to a MiB.
