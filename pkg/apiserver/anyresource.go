@@ -278,9 +278,11 @@ func (a *anyCaches) start(ctx context.Context, name string, res anyresource.Reso
 		return nil, fmt.Errorf("creating the cache of %s: %w", res.GVR.GroupResource(), err)
 	}
 	feed.Connect(cache.Ingest(), cache.ResourceVersion)
-	// Consistent reads wait for the cache: an answer read upstream would
-	// be a decoded object, not held bytes.
-	reader := consistentread.New(cache, consistentread.Config{GroupResource: res.GVR.GroupResource()})
+	// Consistent reads wait for the cache (an answer read upstream would be
+	// a decoded object, not held bytes); under the cluster proxy, those the
+	// cache cannot prove fresh within the fallback pass through
+	// (consistentread.Reader.Route).
+	reader := consistentread.New(cache, consistentread.Config{GroupResource: res.GVR.GroupResource(), Fallback: a.tuning.ConsistentReadFallback})
 	h, err := anyresource.NewHandler(res, reader, a.minTimeout)
 	if err != nil {
 		cache.Stop()

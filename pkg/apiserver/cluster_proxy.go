@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -52,7 +53,20 @@ func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader,
 			}
 			anyResources.ServeHTTP(w, req)
 		}),
-		Cached:   cachedReads(anyResources),
+		Cached: cachedReads(anyResources),
+		// Consistent reads the cache cannot prove fresh in time pass
+		// through (consistentread.Reader.Route).
+		Route: func(ctx context.Context, info *request.RequestInfo, get bool) (context.Context, bool, func()) {
+			if info.APIGroup == "" && info.APIVersion == "v1" {
+				switch info.Resource {
+				case "pods":
+					return pods.Route(ctx, get)
+				case "nodes":
+					return nodes.Route(ctx, get)
+				}
+			}
+			return anyResources.Route(ctx, info, get)
+		},
 		Upstream: up,
 		Advice:   passed,
 	})

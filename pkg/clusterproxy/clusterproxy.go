@@ -18,6 +18,7 @@
 package clusterproxy
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -51,6 +52,9 @@ const (
 	OutcomeCache       = "cache"
 	OutcomePassthrough = "passthrough"
 	OutcomeDenied      = "denied"
+	// OutcomeFallback: a consistent read of a cached resource passed through
+	// because the cache could not be proven fresh in time (Config.Route).
+	OutcomeFallback = "fallback"
 )
 
 // Config is what the handler needs.
@@ -59,6 +63,12 @@ type Config struct {
 	Cache http.Handler
 	// Cached selects the reads served from Cache; nil is CoreCached.
 	Cached Cached
+	// Route, if set, decides where a consistent read Cached selected is
+	// answered (get: a GET, else a LIST's first page; both without a
+	// resourceVersion): from the cache, served with the context it returns,
+	// or (false) passed through to kube-apiserver as the caller, which
+	// answers it as it would without the cache; then done is called.
+	Route func(ctx context.Context, info *request.RequestInfo, get bool) (_ context.Context, atCache bool, done func())
 	// Upstream forwards everything else (see NewUpstream).
 	Upstream *Upstream
 	// Advice, if set, is told of every passed-through request (package
@@ -114,8 +124,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	inner := innerRequest(req)
 	outcome := OutcomePassthrough
-	if servedOnce(req.Context(), h.cfg.Cached, Read{Method: req.Method, Path: inner.URL.Path, Info: info, Table: AsTable(req.Header), Query: inner.URL.Query()}) {
+	query := inner.URL.Query()
+	if servedOnce(req.Context(), h.cfg.Cached, Read{Method: req.Method, Path: inner.URL.Path, Info: info, Table: AsTable(req.Header), Query: query}) {
 		outcome = OutcomeCache
+		if get, ok := consistent(info, query); ok && h.cfg.Route != nil {
+			ctx, atCache, done := h.cfg.Route(inner.Context(), info, get)
+			defer done()
+			if !atCache {
+				outcome = OutcomeFallback
+			}
+			inner = inner.WithContext(ctx)
+		}
 	}
 	audit.AddAuditAnnotation(req.Context(), "indexing.k8s.io/cluster-proxy", outcome)
 	defer func() {
@@ -127,6 +146,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch outcome {
 	case OutcomeCache:
 		h.cfg.Cache.ServeHTTP(mw.writer(), inner)
+	case OutcomeFallback:
+		mw.countBytes = true
+		mw.auditID = w.Header().Get(auditinternal.HeaderAuditID)
+		h.passThrough(mw.writer(), inner, info)
 	case OutcomePassthrough:
 		if h.cfg.Advice != nil {
 			defer h.cfg.Advice.Read(info, inner.URL.Query())()
@@ -147,6 +170,22 @@ func (h *Handler) passThrough(w http.ResponseWriter, req *http.Request, info *re
 	}
 	endpointsmetrics.InstrumentHandlerFunc(info.Verb, info.APIGroup, info.APIVersion, info.Resource, info.Subresource,
 		endpointsmetrics.CleanScope(info), endpointsmetrics.APIServerComponent, false, "", h.cfg.Upstream.ServeHTTP)(w, req)
+}
+
+// consistent tells whether a read is a consistent one, and whether it is a
+// GET: a GET, or a LIST's first page, without a resourceVersion (a later
+// page reads at its continue token's).
+func consistent(info *request.RequestInfo, query url.Values) (get, ok bool) {
+	if query.Get("resourceVersion") != "" {
+		return false, false
+	}
+	switch info.Verb {
+	case "get":
+		return true, true
+	case "list":
+		return false, query.Get("continue") == ""
+	}
+	return false, false
 }
 
 // innerRequest returns the request as kube-apiserver would see it at its

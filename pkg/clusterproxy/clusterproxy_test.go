@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -572,6 +573,82 @@ func TestCachedDecidedOncePerRequest(t *testing.T) {
 		}
 		if rec.Code != http.StatusOK {
 			t.Errorf("first decision %v: %d %s", first, rec.Code, rec.Body)
+		}
+	}
+}
+
+// TestConsistentReadsRouted: Route is asked about exactly the consistent
+// reads a cache would serve (a GET, or a LIST's first page, without a
+// resourceVersion); one it turns away is passed through to kube-apiserver
+// as the caller, and done is called once the answer is written; the others
+// are served from the cache with the context Route returned.
+func TestConsistentReadsRouted(t *testing.T) {
+	var upstreamHits atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamHits.Add(1)
+		if r.Header.Get("Impersonate-User") != "alice" {
+			t.Errorf("fallback reached upstream as %q, not the caller", r.Header.Get("Impersonate-User"))
+		}
+		_, _ = w.Write([]byte(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[]}`))
+	}))
+	defer upstream.Close()
+	up, err := NewUpstream(&rest.Config{Host: upstream.URL, BearerToken: "server-token"}, nil, codecs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct{}
+	for _, c := range []struct {
+		path    string
+		asked   bool
+		get     bool
+		atCache bool
+	}{
+		{"/api/v1/pods", true, false, true},
+		{"/api/v1/pods", true, false, false},
+		{"/api/v1/namespaces/ns/pods?labelSelector=a%3Db&limit=5", true, false, false},
+		{"/api/v1/namespaces/ns/pods/p", true, true, false},
+		{"/api/v1/namespaces/ns/pods/p", true, true, true},
+		{"/api/v1/pods?resourceVersion=0", false, false, true},
+		{"/api/v1/pods?resourceVersion=5&resourceVersionMatch=NotOlderThan", false, false, true},
+		{"/api/v1/pods?limit=5&continue=abc", false, false, true},
+		{"/api/v1/namespaces/ns/pods/p?resourceVersion=0", false, false, true},
+		{"/api/v1/pods?watch=true", false, false, true},
+		{"/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan", false, false, true},
+	} {
+		asked, done := false, 0
+		served := false
+		upstreamHits.Store(0)
+		h := New(Config{
+			Cache: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				served = true
+				if c.asked && r.Context().Value(key{}) != "proven" {
+					t.Errorf("%s: served from the cache without Route's context", c.path)
+				}
+			}),
+			Upstream: up,
+			Route: func(ctx context.Context, info *request.RequestInfo, get bool) (context.Context, bool, func()) {
+				asked = true
+				if get != c.get {
+					t.Errorf("%s: Route asked with get %v, want %v", c.path, get, c.get)
+				}
+				return context.WithValue(ctx, key{}, "proven"), c.atCache, func() { done++ }
+			},
+		})
+		req := httptest.NewRequest("GET", Prefix+c.path, nil)
+		req = req.WithContext(request.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+		rec := httptest.NewRecorder()
+		chain(h, &fakeAuthorizer{allow: true}).ServeHTTP(rec, req)
+		if asked != c.asked {
+			t.Errorf("%s: Route asked %v, want %v", c.path, asked, c.asked)
+		}
+		if c.asked && done != 1 {
+			t.Errorf("%s: done called %d times, want once", c.path, done)
+		}
+		if served != c.atCache || (upstreamHits.Load() == 1) == c.atCache {
+			t.Errorf("%s: served from the cache %v, upstream hits %d; want at cache %v", c.path, served, upstreamHits.Load(), c.atCache)
+		}
+		if !c.atCache && (rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"resourceVersion":"7"`)) {
+			t.Errorf("%s: fallback answered %d %s, want upstream's answer", c.path, rec.Code, rec.Body)
 		}
 	}
 }

@@ -90,6 +90,8 @@ type Reader struct {
 	behindTarget uint64
 	// slots holds one token per read being answered upstream.
 	slots chan struct{}
+	// route: where consistent reads under the cluster proxy go (Route).
+	route route
 }
 
 type metricCounter interface{ Inc() }
@@ -174,6 +176,9 @@ func (r *Reader) Watch(ctx context.Context, opts indexcache.WatchOptions) (watch
 // Get reads one object; a consistent one from the cache once it is fresh,
 // else from upstream.
 func (r *Reader) Get(ctx context.Context, namespace, name, resourceVersion string) (runtime.Object, error) {
+	if want, ok := provenFrom(ctx); ok && resourceVersion == "" {
+		return r.cacheGet(ctx, namespace, name, fresh(want))
+	}
 	if resourceVersion != "" || !r.enabled() {
 		return r.cacheGet(ctx, namespace, name, resourceVersion)
 	}
@@ -208,6 +213,10 @@ func (r *Reader) cacheGet(ctx context.Context, namespace, name, resourceVersion 
 // List lists; the first page of a consistent list from the cache once it is
 // fresh, else from upstream.
 func (r *Reader) List(ctx context.Context, opts indexcache.ListOptions) (*indexcache.ListResult, error) {
+	if want, ok := provenFrom(ctx); ok && opts.ResourceVersion == "" && opts.Continue == "" {
+		opts.ResourceVersion, opts.ResourceVersionMatch = fresh(want), metav1.ResourceVersionMatchNotOlderThan
+		return r.cache.List(ctx, opts)
+	}
 	if opts.ResourceVersion != "" || opts.Continue != "" || !r.enabled() {
 		return r.cache.List(ctx, opts)
 	}

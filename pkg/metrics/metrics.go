@@ -98,6 +98,13 @@ var (
 		Help:           "Consistent reads (a LIST's single page or a GET) answered with a consistent read at kube-apiserver, because the cache could not prove itself fresh within --consistent-read-fallback (a LIST longer than one page: within --freshness-timeout).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
+	// ConsistentReadRoutes counts where the consistent reads the cluster
+	// proxy would serve from a cache were answered.
+	ConsistentReadRoutes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Name: "consistent_read_routes_total",
+		Help:           "Consistent reads (a GET, or a LIST's first page, without a resourceVersion) of cached resources under the cluster proxy, by where they were answered: cache (the cache was proven fresh within --consistent-read-fallback), get (a GET, passed through to kube-apiserver at once), late (passed through: the proof did not come within the bound), quiet (passed through at once: the resource's recent proofs came late).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource", "route"})
 	// RevisionReads counts the reads of upstream's current resourceVersion.
 	RevisionReads = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "upstream_revision_reads_total",
@@ -113,7 +120,13 @@ var (
 	// SlowWatchersClosed counts watchers closed because they did not keep up.
 	SlowWatchersClosed = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "slow_watchers_closed_total",
-		Help:           "Watchers closed because their buffer stayed full past the dispatch budget.",
+		Help:           "Watchers closed because they fell behind: paused with a full buffer until their place left the event window, then ended with 410 Expired (the client relists).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"resource"})
+	// WatchersPaused is how many watchers are paused (KEP-6268).
+	WatchersPaused = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace, Name: "watchers_paused",
+		Help:           "Watchers paused because their buffer was full: out of dispatch, catching up from the event window as their client reads.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 
@@ -239,8 +252,8 @@ func Register() {
 	registerOnce.Do(func() {
 		for _, m := range []metrics.Registerable{
 			Watchers, DispatchCandidates, WatchShards, FilteredEvents, EventsDispatched,
-			ListRequests, CacheObjects, IndexValues, CacheResourceVersion, ResourceVersionLag, SlowWatchersClosed,
-			UpstreamConnected, Relists, UpstreamReads, RevisionReads, ProgressProbes,
+			ListRequests, CacheObjects, IndexValues, CacheResourceVersion, ResourceVersionLag, SlowWatchersClosed, WatchersPaused,
+			UpstreamConnected, Relists, UpstreamReads, ConsistentReadRoutes, RevisionReads, ProgressProbes,
 			ClusterProxyRequests, ClusterProxyDuration, ClusterProxyBytes, WatchesOpen, WatchesRefused,
 			IndexEstimatedBytes, PolicyIndexes, MaxIndexesPerResource,
 			AdviceScannedObjects, AdviceFilteredOffers, AdviceWatchers, AdviceLists,
@@ -258,7 +271,7 @@ func DeleteResource(resource string) int {
 	l := prometheus.Labels{"resource": resource}
 	n := 0
 	for _, v := range []*metrics.GaugeVec{
-		Watchers, WatchShards, CacheObjects, IndexValues, CacheResourceVersion, ResourceVersionLag, UpstreamConnected,
+		Watchers, WatchShards, WatchersPaused, CacheObjects, IndexValues, CacheResourceVersion, ResourceVersionLag, UpstreamConnected,
 		IndexEstimatedBytes, CacheHeldBytes, AdviceScannedObjects, AdviceFilteredOffers, AdviceWatchers, AdviceLists,
 	} {
 		if v.IsCreated() {
@@ -266,7 +279,7 @@ func DeleteResource(resource string) int {
 		}
 	}
 	for _, v := range []*metrics.CounterVec{
-		FilteredEvents, EventsDispatched, ListRequests, Relists, UpstreamReads, RevisionReads, ProgressProbes, SlowWatchersClosed,
+		FilteredEvents, EventsDispatched, ListRequests, Relists, UpstreamReads, ConsistentReadRoutes, RevisionReads, ProgressProbes, SlowWatchersClosed,
 	} {
 		if v.IsCreated() {
 			n += v.DeletePartialMatch(l)

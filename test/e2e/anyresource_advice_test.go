@@ -123,7 +123,7 @@ func TestIndexAdviceUnderThePrefix(t *testing.T) {
 	waitPolicy(t, ctx, admin, adv.Name, metav1.ConditionTrue, metav1.ConditionTrue)
 	eventually(t, 10*time.Second, func() error {
 		before := cacheServed(t)
-		if _, err := prefixed.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: "tenant=t0"}); err != nil {
+		if _, err := prefixed.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: "tenant=t0", ResourceVersion: "0"}); err != nil {
 			return err
 		}
 		if cacheServed(t) == before {

@@ -217,7 +217,7 @@ func TestAnyResourceBudgets(t *testing.T) {
 
 	// pebbles are served from their cache...
 	direct := rawAt(t, adminConfig, proxyEntries()[1])
-	path := localstack.ClusterProxyPrefix + "/apis/e2e.example.com/v1/namespaces/" + ns + "/pebbles"
+	path := localstack.ClusterProxyPrefix + "/apis/e2e.example.com/v1/namespaces/" + ns + "/pebbles?resourceVersion=0"
 	fromCache := func(want bool) error {
 		before := cacheServed(t)
 		if code, body := direct.get(ctx, path); code != http.StatusOK {

@@ -122,7 +122,7 @@ func TestAnyResourceCRDLifecycle(t *testing.T) {
 		return nil
 	}
 	eventually(t, 10*time.Second, func() error {
-		return fromCache("/apis/e2e.example.com/v1/namespaces/" + ns + "/gadgets?labelSelector=app%3Da")
+		return fromCache("/apis/e2e.example.com/v1/namespaces/" + ns + "/gadgets?labelSelector=app%3Da&resourceVersion=0")
 	})
 	running, w := cacheGoroutines(t, ctx)
 	if w != crdWatches+1 || running <= baseline {
@@ -149,7 +149,7 @@ func TestAnyResourceCRDLifecycle(t *testing.T) {
 		t.Fatalf("status.cache after the restart: %+v", p.Status.Cache)
 	}
 	eventually(t, 10*time.Second, func() error {
-		return fromCache("/apis/e2e.example.com/v2/namespaces/" + ns + "/gadgets?labelSelector=app%3Da")
+		return fromCache("/apis/e2e.example.com/v2/namespaces/" + ns + "/gadgets?labelSelector=app%3Da&resourceVersion=0")
 	})
 	eventually(t, 10*time.Second, func() error {
 		if _, w := cacheGoroutines(t, ctx); w != crdWatches+1 {

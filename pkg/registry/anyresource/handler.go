@@ -62,6 +62,15 @@ type Handler struct {
 	storage    *readonly.REST
 	scope      *handlers.RequestScope
 	minTimeout time.Duration
+	// router, if the cache is one, decides where consistent reads go.
+	router Router
+}
+
+// Router decides where a consistent read is answered
+// (consistentread.Reader.Route): from the cache, with the context to serve
+// it with, or (false) passed through to kube-apiserver.
+type Router interface {
+	Route(ctx context.Context, get bool) (_ context.Context, atCache bool, done func())
 }
 
 // NewHandler serves res from cache (a consistentread.Reader or the cache).
@@ -130,7 +139,8 @@ func NewHandler(res Resource, cache readonly.Cache, minRequestTimeout time.Durat
 		MetaGroupVersion:         metav1.SchemeGroupVersion,
 		TableConvertor:           table,
 	}
-	return &Handler{res: res, storage: storage, scope: scope, minTimeout: minRequestTimeout}, nil
+	router, _ := cache.(Router)
+	return &Handler{res: res, storage: storage, scope: scope, minTimeout: minRequestTimeout, router: router}, nil
 }
 
 // Storage is the registry the handler serves from.
@@ -209,6 +219,17 @@ func (r *Registry) Serves(method string, info *request.RequestInfo, table bool) 
 	}
 	h := r.handler(info)
 	return h != nil && !(table && !h.res.Custom)
+}
+
+// Route decides where a consistent read (get: a GET, else a LIST's first
+// page) of a resource served here is answered (Router); true when the
+// resource's cache has no say.
+func (r *Registry) Route(ctx context.Context, info *request.RequestInfo, get bool) (_ context.Context, atCache bool, done func()) {
+	h := r.handler(info)
+	if h == nil || h.router == nil {
+		return ctx, true, func() {}
+	}
+	return h.router.Route(ctx, get)
 }
 
 // ServeHTTP serves a request Serves accepted.

@@ -368,7 +368,9 @@ func loadCRD(ctx context.Context, s *stackInfo, o options, res *Results) error {
 
 // waitCRDCached waits until index-apiserver serves all want objects from
 // its cache under the prefix (an answer the cache served, counted by its
-// cluster proxy metric, with them all).
+// cluster proxy metric, with them all). It reads at resourceVersion=0, which
+// a cache answers as it is; a consistent read may pass through to
+// kube-apiserver while the cache cannot be proven fresh in time.
 func waitCRDCached(ctx context.Context, s *stackInfo, want int) error {
 	served := func() int {
 		return indexCounters(ctx, s, func(line string) int {
@@ -380,7 +382,7 @@ func waitCRDCached(ctx context.Context, s *stackInfo, want int) error {
 	}
 	return waitFor(ctx, 3*time.Minute, func() error {
 		before := served()
-		l, err := doList(ctx, s.indexHTTP, s.indexURL+clusterProxyPrefix+crdAPI+"/"+crdPlural+"?limit=1")
+		l, err := doList(ctx, s.indexHTTP, s.indexURL+clusterProxyPrefix+crdAPI+"/"+crdPlural+"?limit=1&resourceVersion=0")
 		if err != nil {
 			return err
 		}

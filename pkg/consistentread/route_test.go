@@ -1,0 +1,150 @@
+package consistentread
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/metrics"
+)
+
+func routeCount(t *testing.T, route string) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(metrics.ConsistentReadRoutes.WithLabelValues(indexing.Resource(t.Name()).String(), route))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestRoute(t *testing.T) {
+	metrics.Register()
+	t.Run("GetPassesThroughAtOnce", func(t *testing.T) {
+		c := newCache(t, 50, nil, 5*time.Second)
+		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: time.Hour})
+		_, atCache, done := r.Route(context.Background(), true)
+		done()
+		if atCache {
+			t.Fatal("a consistent GET was kept for the cache; kube-apiserver answers it with one read")
+		}
+		if routeCount(t, RouteGet) != 1 {
+			t.Fatal("not counted as route get")
+		}
+	})
+	t.Run("FreshCacheAnswersWithoutWaitingAgain", func(t *testing.T) {
+		c := newCache(t, 10, nil, 5*time.Second,
+			mkPod("ns", "a1", "u1", 3, map[string]string{"app": "a"}, "n1", ""))
+		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: time.Hour})
+		ctx, atCache, done := r.Route(context.Background(), false)
+		defer done()
+		if !atCache {
+			t.Fatal("a fresh cache's LIST was passed through")
+		}
+		if want, ok := provenFrom(ctx); !ok || want != 10 {
+			t.Fatalf("proof in the context: %d %v, want 10", want, ok)
+		}
+		res, err := r.List(ctx, ListOptions{})
+		if err != nil || len(res.Items) != 1 || res.ResourceVersion != 10 {
+			t.Fatalf("list: %+v %v", res, err)
+		}
+		if routeCount(t, RouteCache) != 1 {
+			t.Fatal("not counted as route cache")
+		}
+	})
+	t.Run("LateProofPassesThroughThenQuietReadsDoNotWait", func(t *testing.T) {
+		c := newCache(t, 50, nil, 5*time.Second) // at 10, upstream at 50: only a probe could prove it
+		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: 20 * time.Millisecond, MaxUpstreamReads: 4})
+		for i := range lateInARow {
+			ctx, atCache, done := r.Route(context.Background(), false)
+			done()
+			if atCache {
+				t.Fatalf("read %d: kept for a cache that cannot be proven fresh", i)
+			}
+			if _, ok := provenFrom(ctx); ok {
+				t.Fatal("a passed-through read carries a proof")
+			}
+		}
+		if routeCount(t, RouteLate) != lateInARow {
+			t.Fatalf("late reads counted %v, want %d", routeCount(t, RouteLate), lateInARow)
+		}
+		// Now quiet: the next reads pass through without waiting for a
+		// proof: a read whose context has already ended still gets a slot.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, atCache, done := r.Route(ctx, false)
+		done()
+		if atCache || routeCount(t, RouteQuiet) != 1 {
+			t.Fatalf("quiet read: at cache %v, quiet reads %v", atCache, routeCount(t, RouteQuiet))
+		}
+		// The resource gets busy: the cache reaches upstream's
+		// resourceVersion with its own events; the background check
+		// (started by a quiet read) sends reads to the cache again.
+		c.Ingest().UpdateResourceVersion("50")
+		deadline := time.Now().Add(10 * time.Second)
+		for r.route.late.Load() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the background check never found the cache fresh again")
+			}
+			r.recheck()
+			time.Sleep(10 * time.Millisecond)
+		}
+		_, atCache, done = r.Route(context.Background(), false)
+		done()
+		if !atCache {
+			t.Fatal("a proven cache's read was passed through")
+		}
+	})
+	t.Run("PassThroughsAreCapped", func(t *testing.T) {
+		c := newCache(t, 50, nil, 5*time.Second)
+		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: 10 * time.Millisecond, MaxUpstreamReads: 1})
+		_, atCache, done1 := r.Route(context.Background(), false)
+		if atCache {
+			t.Fatal("first late read kept for the cache")
+		}
+		// The only slot is taken: the next read waits for it or the cache.
+		type routed struct {
+			ctx     context.Context
+			atCache bool
+			done    func()
+		}
+		got := make(chan routed, 1)
+		go func() {
+			ctx, atCache, done := r.Route(context.Background(), false)
+			got <- routed{ctx, atCache, done}
+		}()
+		select {
+		case g := <-got:
+			t.Fatalf("a second read passed while the only slot was taken (at cache %v)", g.atCache)
+		case <-time.After(100 * time.Millisecond):
+		}
+		c.Ingest().UpdateResourceVersion("50") // the proof comes
+		g := <-got
+		g.done()
+		if !g.atCache {
+			t.Fatal("the waiting read was not answered by the proven cache")
+		}
+		if want, ok := provenFrom(g.ctx); !ok || want != 50 {
+			t.Fatalf("proof %d %v, want 50", want, ok)
+		}
+		done1()
+		// The slot is free again.
+		select {
+		case r.slots <- struct{}{}:
+			<-r.slots
+		default:
+			t.Fatal("done did not free the slot")
+		}
+	})
+	t.Run("NoFallbackAlwaysWaits", func(t *testing.T) {
+		c := newCache(t, 50, nil, 5*time.Second)
+		r := New(c, Config{GroupResource: indexing.Resource(t.Name())})
+		if _, atCache, done := r.Route(context.Background(), true); !atCache {
+			t.Fatal("with no fallback configured a GET was passed through")
+		} else {
+			done()
+		}
+	})
+}
