@@ -185,3 +185,13 @@ func TestGoLimitFor(t *testing.T) {
 		t.Errorf("no cgroup limit: %d", got)
 	}
 }
+
+// TestReadMemoryHere reads this machine's limits: whatever they are, no
+// error (a machine without cgroups has no limit).
+func TestReadMemoryHere(t *testing.T) {
+	m, err := ReadMemory("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cgroup limit %d (%s), GOMEMLIMIT %d: --max-cache-bytes would default to %s", m.Cgroup, m.CgroupFile, m.GoLimit, Bytes(m.MaxBytes()))
+}

@@ -158,6 +158,7 @@ func (b *BudgetOptions) Budget() cachebudget.Budget {
 		maxBytes = mem.MaxBytes()
 		klog.InfoS("Cache budget derived from the memory limit", "maxCacheBytes", cachebudget.Bytes(maxBytes),
 			"memoryLimit", cachebudget.Bytes(mem.Limit()), "memoryLimitSource", mem.Source(),
+			"cgroupLimit", cachebudget.Bytes(mem.Cgroup), "gomemlimit", cachebudget.Bytes(mem.GoLimit),
 			"formula", fmt.Sprintf("memory limit / %d, rounded down to a MiB; %s without a limit", cachebudget.ShareDenominator, cachebudget.Bytes(cachebudget.FallbackMaxBytes)))
 	}
 	return cachebudget.Budget{MaxResources: b.MaxResources, MaxBytes: maxBytes}
