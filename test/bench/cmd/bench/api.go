@@ -64,6 +64,26 @@ func doList(ctx context.Context, c *http.Client, url string) (*listResp, error) 
 	return &l, nil
 }
 
+// doGet reads one object (its body read and dropped).
+func doGet(ctx context.Context, c *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(b))
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	return err
+}
+
 func urlQueryEscape(s string) string {
 	var b strings.Builder
 	for _, c := range []byte(s) {

@@ -63,16 +63,21 @@ func crdMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 
 	// The label LIST.
 	if len(res.Lists) > 0 {
-		fmt.Fprintf(&b, "\nLabel LIST, cluster-wide, `%s=app-N` of a random app (%d objects each), %d requests per case back to back (ms; CPU in ms per LIST of each process; ratio = the prefix directly / kube-apiserver):\n\n",
+		fmt.Fprintf(&b, "\nLabel LIST, cluster-wide, `%s=app-N` of a random app (%d objects each), and GET by name of a random object, %d requests per case back to back; busy: while ~100 objects/s are patched (ms; CPU in ms per request of each process; ratio = the prefix directly / kube-apiserver; routes: where index-apiserver answered the direct entry point's consistent reads, index_apiserver_consistent_read_routes_total):\n\n",
 			crdLabel, res.Load.PodsPerApp, res.Lists[0].Requests)
-		b.WriteString("| resourceVersion | kube-apiserver p50 / p99, CPU ms | prefix via aggregator p50 / p99, CPU ms kube + index | prefix direct p50 / p99, CPU ms index (kube) | ratio p50 | ratio CPU |\n|---|---|---|---|---|---|\n")
-		order, by := groupCases(res.Lists, func(l ListResult) (string, string) { return l.RV, l.Target })
+		b.WriteString("| read, resourceVersion | kube-apiserver p50 / p99, CPU ms | prefix via aggregator p50 / p99, CPU ms kube + index | prefix direct p50 / p99, CPU ms index (kube) | ratio p50 | ratio CPU | routes (direct) |\n|---|---|---|---|---|---|---|\n")
+		order, by := groupCases(res.Lists, func(l ListResult) (string, string) {
+			if l.Scope == "get" {
+				return "GET by name, " + l.RV, l.Target
+			}
+			return l.RV, l.Target
+		})
 		for _, rv := range order {
 			k, a, d := by[rv][kubeTarget], by[rv][proxyAggregatorTarget], by[rv][proxyDirectTarget]
-			fmt.Fprintf(&b, "| %s | %.2f / %.2f, %.2f | %.2f / %.2f, %.2f + %.2f | %.2f / %.2f, %.2f (%.2f) | %s | %s |\n",
+			fmt.Fprintf(&b, "| %s | %.2f / %.2f, %.2f | %.2f / %.2f, %.2f + %.2f | %.2f / %.2f, %.2f (%.2f) | %s | %s | %s |\n",
 				rv, k.P50ms, k.P99ms, k.KubeCPUms, a.P50ms, a.P99ms, a.KubeCPUms, a.IndexCPUms, d.P50ms, d.P99ms, d.IndexCPUms, d.KubeCPUms,
-				ratio(d.P50ms, k.P50ms), ratio(d.IndexCPUms, k.KubeCPUms))
-			if k.KubeCPUms > 0 {
+				ratio(d.P50ms, k.P50ms), ratio(d.IndexCPUms, k.KubeCPUms), routesText(d.Routes))
+			if k.KubeCPUms > 0 && !strings.HasPrefix(rv, "GET") && !strings.HasSuffix(rv, "busy") {
 				r := d.IndexCPUms / k.KubeCPUms
 				verdict("label LIST CPU, rv="+rv, fmt.Sprintf("%.3f×", r), r <= crdTargetListCPU, "≤ 0.10×")
 			}
@@ -188,6 +193,20 @@ func cpuEach(ms []float64) string {
 	parts := make([]string, len(ms))
 	for i, v := range ms {
 		parts[i] = fmt.Sprintf("%.0f", v)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// routesText writes a case's routes as "cache 80, late 2".
+func routesText(routes map[string]int) string {
+	var parts []string
+	for _, r := range []string{"cache", "get", "late", "quiet"} {
+		if n := routes[r]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", r, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "–"
 	}
 	return strings.Join(parts, ", ")
 }

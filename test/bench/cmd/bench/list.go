@@ -56,6 +56,69 @@ func listURL(t target, o options, scope string, a int, rv0 bool) string {
 	return u
 }
 
+// getURL is the GET by name of app a's i-th object.
+func getURL(t target, o options, a, i int, rv0 bool) string {
+	u := t.prefix + "/namespaces/" + nsOf(o, a) + "/" + o.resourcePlural() + "/" + objName(o, a, i)
+	if rv0 {
+		u += "?resourceVersion=0"
+	}
+	return u
+}
+
+// busyPatcher patches the mode's objects (random apps, ~100/s) until the
+// function it returns is called.
+func busyPatcher(ctx context.Context, s *stackInfo, o options) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		rng := rand.New(rand.NewSource(7))
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for seq := 0; ; seq++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			a := rng.Intn(o.apps)
+			_ = patchObject(ctx, s, o, patchRec{nsOf(o, a), objName(o, a, rng.Intn(o.podsPerApp)), a}, seq)
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+// consistentRoutes is index-apiserver's index_apiserver_consistent_read_routes_total
+// by route (all resources: a run caches one).
+func consistentRoutes(ctx context.Context, s *stackInfo) map[string]int {
+	routes := []string{"cache", "get", "late", "quiet"}
+	n := indexCounters(ctx, s, func(line string) int {
+		if !strings.HasPrefix(line, "index_apiserver_consistent_read_routes_total{") {
+			return -1
+		}
+		for i, r := range routes {
+			if strings.Contains(line, `route="`+r+`"`) {
+				return i
+			}
+		}
+		return -1
+	}, len(routes))
+	out := map[string]int{}
+	for i, r := range routes {
+		out[r] = n[i]
+	}
+	return out
+}
+
+func diffRoutes(after, before map[string]int) map[string]int {
+	out := map[string]int{}
+	for r, n := range after {
+		if d := n - before[r]; d > 0 {
+			out[r] = d
+		}
+	}
+	return out
+}
+
 // compareLists checks that kube-apiserver and index-apiserver (direct and
 // through the aggregator) answer consistent label LISTs with the same pods at
 // the same resourceVersions.
@@ -102,26 +165,44 @@ func listPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 		scope   string
 		rv0     bool
 		clients int
+		busy    bool
 	}
 	var cases []listCase
 	for _, scope := range []string{"cluster", "namespaced"} {
-		cases = append(cases, listCase{scope, true, 1}, listCase{scope, false, 1})
+		cases = append(cases, listCase{scope, true, 1, false}, listCase{scope, false, 1, false})
 	}
 	if o.crd {
-		// The cluster-wide label LIST, the case kube-apiserver scans for.
-		cases = cases[:2]
+		// The cluster-wide label LIST, the case kube-apiserver scans for;
+		// GETs by name; and the consistent reads again while the resource
+		// is busy (its objects patched, ~100/s): a consistent read of a
+		// quiet cache passes through, of a busy one is the cache's.
+		cases = append(cases[:2],
+			listCase{"get", true, 1, false}, listCase{"get", false, 1, false},
+			listCase{"cluster", false, 1, true}, listCase{"get", false, 1, true})
 	} else if o.listClients > 1 {
-		cases = append(cases, listCase{"namespaced", false, o.listClients})
+		cases = append(cases, listCase{"namespaced", false, o.listClients, false})
 	}
 	for _, c := range cases {
 		for _, t := range listTargets(s, o) {
 			if ctx.Err() != nil {
 				return
 			}
+			stop := func() {}
+			if c.busy {
+				stop = busyPatcher(ctx, s, o)
+			}
+			routes0 := consistentRoutes(ctx, s)
 			r := runListCase(ctx, s, o, t, c.scope, c.rv0, c.clients)
+			stop()
+			if c.busy {
+				r.RV += ", busy"
+			}
+			if !c.rv0 && t.name == proxyDirectTarget {
+				r.Routes = diffRoutes(consistentRoutes(ctx, s), routes0)
+			}
 			res.Lists = append(res.Lists, r)
-			logf("LIST %-10s rv=%-10s clients=%-2d %-28s p50 %7.2f ms  p99 %7.2f ms  %6.0f req/s  errors %d",
-				c.scope, r.RV, c.clients, t.name, r.P50ms, r.P99ms, r.PerSecond, r.Errors)
+			logf("LIST %-10s rv=%-16s clients=%-2d %-28s p50 %7.2f ms  p99 %7.2f ms  %6.0f req/s  errors %d  routes %v",
+				c.scope, r.RV, c.clients, t.name, r.P50ms, r.P99ms, r.PerSecond, r.Errors, r.Routes)
 			if r.Errors > 0 {
 				res.Failures = append(res.Failures, fmt.Sprintf("LIST %s rv=%s clients=%d on %s: %d errors or wrong counts (first: %s)",
 					c.scope, r.RV, c.clients, t.name, r.Errors, r.FirstError))
@@ -152,12 +233,18 @@ func runListCase(ctx context.Context, s *stackInfo, o options, t target, scope s
 			defer wg.Done()
 			for ; n > 0 && ctx.Err() == nil; n-- {
 				a := rng.Intn(o.apps)
+				var err error
 				t0 := time.Now()
-				l, err := doList(ctx, t.client, listURL(t, o, scope, a, rv0))
-				d := time.Since(t0)
-				if err == nil && len(l.Items) != o.podsPerApp {
-					err = fmt.Errorf("%s: %d %s, want %d", appName(a), len(l.Items), o.resourcePlural(), o.podsPerApp)
+				if scope == "get" {
+					err = doGet(ctx, t.client, getURL(t, o, a, rng.Intn(o.podsPerApp), rv0))
+				} else {
+					var l *listResp
+					l, err = doList(ctx, t.client, listURL(t, o, scope, a, rv0))
+					if err == nil && len(l.Items) != o.podsPerApp {
+						err = fmt.Errorf("%s: %d %s, want %d", appName(a), len(l.Items), o.resourcePlural(), o.podsPerApp)
+					}
 				}
+				d := time.Since(t0)
 				mu.Lock()
 				if err != nil {
 					if errs == 0 {

@@ -68,6 +68,9 @@ type ListResult struct {
 	// aggregator path: kube-apiserver proxies).
 	KubeCPUms  float64 `json:"kubeAPIServerCPUmsPerRequest"`
 	IndexCPUms float64 `json:"indexAPIServerCPUmsPerRequest"`
+	// Routes: where index-apiserver answered the consistent reads of the
+	// case at the direct entry point (index_apiserver_consistent_read_routes_total).
+	Routes map[string]int `json:"routes,omitempty"`
 }
 
 type CPUPhase struct {
