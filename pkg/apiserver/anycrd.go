@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sort"
 	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -19,9 +20,11 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/registry/anyresource"
 )
 
-// resourceFromCRD is how a custom resource is cached: at the version
-// kubectl reads (preferredVersion), with that version's printer columns
-// and selectable fields, the CRD's scope and names.
+// resourceFromCRD is how a custom resource is cached, described as
+// apiextensions-apiserver serves it: at the version kubectl reads
+// (preferredVersion), with the names the CRD's status accepted, its scope,
+// and that version's printer columns (Age when it has none), selectable
+// fields and deprecation warning.
 func resourceFromCRD(crd *apiextensionsv1.CustomResourceDefinition) (anyresource.Resource, error) {
 	if crd.DeletionTimestamp != nil {
 		return anyresource.Resource{}, fmt.Errorf("its CustomResourceDefinition %s is being deleted", crd.Name)
@@ -33,7 +36,12 @@ func resourceFromCRD(crd *apiextensionsv1.CustomResourceDefinition) (anyresource
 	if v == "" {
 		return anyresource.Resource{}, fmt.Errorf("its CustomResourceDefinition %s serves no version", crd.Name)
 	}
-	n := crd.Spec.Names
+	// kube-apiserver serves the accepted names (a name that conflicts with
+	// another CRD's is not accepted, and the old one stays served).
+	n := crd.Status.AcceptedNames
+	if n.Plural == "" || n.Kind == "" {
+		n = crd.Spec.Names
+	}
 	res := anyresource.Resource{
 		GVR:        schema.GroupVersionResource{Group: crd.Spec.Group, Version: v, Resource: n.Plural},
 		Kind:       n.Kind,
@@ -41,7 +49,6 @@ func resourceFromCRD(crd *apiextensionsv1.CustomResourceDefinition) (anyresource
 		Singular:   n.Singular,
 		Namespaced: crd.Spec.Scope == apiextensionsv1.NamespaceScoped,
 		Custom:     true,
-		Columns:    []apiextensionsv1.CustomResourceColumnDefinition{},
 	}
 	if res.ListKind == "" {
 		res.ListKind = n.Kind + "List"
@@ -53,14 +60,44 @@ func resourceFromCRD(crd *apiextensionsv1.CustomResourceDefinition) (anyresource
 		if cv.Name != v {
 			continue
 		}
-		if cv.AdditionalPrinterColumns != nil {
-			res.Columns = cv.AdditionalPrinterColumns
-		}
+		res.Columns = cv.AdditionalPrinterColumns
 		for _, f := range cv.SelectableFields {
 			res.Fields = append(res.Fields, strings.TrimPrefix(f.JSONPath, "."))
 		}
+		if cv.Deprecated {
+			if cv.DeprecationWarning != nil {
+				res.Warnings = []string{*cv.DeprecationWarning}
+			} else {
+				res.Warnings = []string{defaultDeprecationWarning(v, crd.Spec)}
+			}
+		}
+	}
+	if len(res.Columns) == 0 {
+		// apiextensions-apiserver's serveDefaultColumnsIfEmpty.
+		res.Columns = []apiextensionsv1.CustomResourceColumnDefinition{
+			{Name: "Age", Type: "date", Description: metav1.ObjectMeta{}.SwaggerDoc()["creationTimestamp"], JSONPath: ".metadata.creationTimestamp"},
+		}
 	}
 	return res, nil
+}
+
+// defaultDeprecationWarning is apiextensions-apiserver's warning for a
+// deprecated version without a deprecationWarning of its own.
+func defaultDeprecationWarning(deprecatedVersion string, crd apiextensionsv1.CustomResourceDefinitionSpec) string {
+	msg := fmt.Sprintf("%s/%s %s is deprecated", crd.Group, deprecatedVersion, crd.Names.Kind)
+	var served []string
+	for _, v := range crd.Versions {
+		if v.Served && !v.Deprecated && version.CompareKubeAwareVersionStrings(deprecatedVersion, v.Name) < 0 {
+			served = append(served, v.Name)
+		}
+	}
+	if len(served) == 0 {
+		return msg
+	}
+	sort.Slice(served, func(i, j int) bool {
+		return version.CompareKubeAwareVersionStrings(served[i], served[j]) > 0
+	})
+	return msg + fmt.Sprintf("; use %s/%s %s", crd.Group, served[0], crd.Names.Kind)
 }
 
 // preferredVersion is the served version of highest priority (v2 before v1
@@ -140,7 +177,7 @@ func changeNote(was, now anyresource.Resource) string {
 	case was.Namespaced != now.Namespaced:
 		return "its CustomResourceDefinition changed its scope"
 	default:
-		return fmt.Sprintf("its CustomResourceDefinition changed %s at %s (printer columns, selectable fields or names)", now.GVR.GroupResource(), now.GVR.Version)
+		return fmt.Sprintf("its CustomResourceDefinition changed %s at %s (printer columns, selectable fields, names or deprecation)", now.GVR.GroupResource(), now.GVR.Version)
 	}
 }
 

@@ -288,6 +288,7 @@ func (a *anyCaches) start(ctx context.Context, name string, res anyresource.Reso
 		cache.Stop()
 		return nil, err
 	}
+	h.SetCurrent(cache.ResourceVersion)
 	runCtx, cancel := context.WithCancel(ctx)
 	c := &anyCache{name: name, res: res, cache: cache, feed: feed, cancel: cancel, done: make(chan struct{}), started: time.Now(), released: make(chan struct{})}
 	var wg sync.WaitGroup

@@ -98,6 +98,6 @@ func completeClusterProxy(gc *genericapiserver.RecommendedConfig, anyResources *
 // and those of the resources cached now for IndexPolicies.
 func cachedReads(anyResources *anyresource.Registry) clusterproxy.Cached {
 	return func(r clusterproxy.Read) bool {
-		return clusterproxy.CoreCached(r) || anyResources.Serves(r.Method, r.Info, r.Table)
+		return clusterproxy.CoreCached(r) || anyResources.Serves(r.Method, r.Info, r.Table, r.Query)
 	}
 }

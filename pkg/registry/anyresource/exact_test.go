@@ -6,17 +6,21 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/storage"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
@@ -97,7 +101,7 @@ func (s *served) read(t *testing.T, verb, namespace, name, query, accept string)
 	ctx = request.WithNamespace(ctx, namespace)
 	ctx = request.WithUser(ctx, &user.DefaultInfo{Name: "test"})
 	rec := httptest.NewRecorder()
-	s.h.ServeHTTP(rec, req.WithContext(ctx))
+	filters.WithWarningRecorder(s.h).ServeHTTP(rec, req.WithContext(ctx))
 	return rec.Code, rec.Header(), rec.Body.String()
 }
 
@@ -174,5 +178,106 @@ func TestBuiltInListEnvelopeAndBookmark(t *testing.T) {
 		`{"type":"BOOKMARK","object":` + strings.TrimSuffix(kubeJSON(t, bm), "\n") + "}\n"
 	if body != want {
 		t.Errorf("WatchList\n got %s\nwant %s", body, want)
+	}
+}
+
+// TestServesOnlyWhatTheCacheAnswersExactly (issue 38, items 2, 5, 9): a
+// read the cache cannot answer as kube-apiserver would passes through: a
+// field selector on a field it does not select on, a namespaced object
+// read by name without a namespace, an Exact LIST older than the cache.
+func TestServesOnlyWhatTheCacheAnswersExactly(t *testing.T) {
+	reg := anyresource.NewRegistry()
+	cms := serve(t, configMaps, 20)
+	cms.h.SetCurrent(cms.cache.ResourceVersion)
+	reg.Add(cms.h)
+	selectable := widgetsRes
+	selectable.Fields = []string{"spec.queue"}
+	reg.Add(serve(t, selectable, 20).h) // no SetCurrent: every Exact LIST passes
+	info := func(group, resource, verb, ns, name string) *request.RequestInfo {
+		return &request.RequestInfo{IsResourceRequest: true, APIGroup: group, APIVersion: "v1", Resource: resource, Namespace: ns, Name: name, Verb: verb}
+	}
+	q := func(kv ...string) url.Values {
+		v := url.Values{}
+		for i := 0; i < len(kv); i += 2 {
+			v.Set(kv[i], kv[i+1])
+		}
+		return v
+	}
+	token := func(rv int64) string {
+		t, err := storage.EncodeContinue("/ns/a\x00", "/", rv)
+		if err != nil {
+			panic(err)
+		}
+		return t
+	}
+	for _, c := range []struct {
+		name  string
+		info  *request.RequestInfo
+		query url.Values
+		want  bool
+	}{
+		{"plain list", info("", "configmaps", "list", "ns", ""), nil, true},
+		{"name field", info("", "configmaps", "list", "ns", ""), q("fieldSelector", "metadata.name=a"), true},
+		{"namespace field", info("", "configmaps", "list", "", ""), q("fieldSelector", "metadata.namespace=ns,metadata.name!=b"), true},
+		{"a built-in's other field", info("", "configmaps", "list", "ns", ""), q("fieldSelector", "type=Opaque"), false},
+		{"one field of two unknown", info("", "configmaps", "watch", "ns", ""), q("fieldSelector", "metadata.name=a,involvedObject.name=x"), false},
+		{"unparsable", info("", "configmaps", "list", "ns", ""), q("fieldSelector", "a=b=c,,("), false},
+		{"a selectable field", info("example.com", "widgets", "list", "ns", ""), q("fieldSelector", "spec.queue=q"), true},
+		{"a field not selectable", info("example.com", "widgets", "list", "ns", ""), q("fieldSelector", "spec.size=1"), false},
+		{"get ignores fieldSelector", info("", "configmaps", "get", "ns", "a"), q("fieldSelector", "type=Opaque"), true},
+		{"get without namespace", info("example.com", "widgets", "get", "", "w1"), nil, false},
+		{"watch by name without namespace", info("", "configmaps", "watch", "", "a"), nil, false},
+		{"list without namespace", info("example.com", "widgets", "list", "", ""), nil, true},
+		{"Exact below", info("", "configmaps", "list", "ns", ""), q("resourceVersion", "1", "resourceVersionMatch", "Exact"), false},
+		{"Exact at", info("", "configmaps", "list", "ns", ""), q("resourceVersion", "20", "resourceVersionMatch", "Exact"), true},
+		{"implied Exact below", info("", "configmaps", "list", "ns", ""), q("resourceVersion", "19", "limit", "5"), false},
+		{"NotOlderThan below", info("", "configmaps", "list", "ns", ""), q("resourceVersion", "1", "resourceVersionMatch", "NotOlderThan"), true},
+		{"rv below without limit", info("", "configmaps", "list", "ns", ""), q("resourceVersion", "1"), true},
+		{"Exact, cache unknown", info("example.com", "widgets", "list", "ns", ""), q("resourceVersion", "20", "resourceVersionMatch", "Exact"), false},
+		{"continue", info("", "configmaps", "list", "ns", ""), q("continue", token(20), "limit", "5"), true},
+		{"continue before the cache", info("", "configmaps", "list", "ns", ""), q("continue", token(19), "limit", "5"), false},
+		{"continue at the current state", info("", "configmaps", "list", "ns", ""), q("continue", token(-1), "limit", "5"), true},
+		{"continue not a token", info("", "configmaps", "list", "ns", ""), q("continue", "x!", "limit", "5"), false},
+		{"watch", info("", "configmaps", "watch", "ns", ""), q("resourceVersion", "20"), true},
+		{"watch before the cache", info("", "configmaps", "watch", "ns", ""), q("resourceVersion", "19"), false},
+		{"watch from now", info("", "configmaps", "watch", "ns", ""), q("resourceVersion", ""), true},
+		{"watch from any", info("", "configmaps", "watch", "ns", ""), q("resourceVersion", "0"), true},
+	} {
+		if got := reg.Serves(http.MethodGet, c.info, false, c.query); got != c.want {
+			t.Errorf("%s: served %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestAnInvalidPrinterColumnEndsTheColumns (issue 38, item 11): a column
+// whose JSONPath does not parse does not stop the cache; the columns before
+// it print, as apiextensions-apiserver prints them.
+func TestAnInvalidPrinterColumnEndsTheColumns(t *testing.T) {
+	res := widgetsRes
+	res.Columns = []apiextensionsv1.CustomResourceColumnDefinition{
+		{Name: "Queue", Type: "string", JSONPath: ".spec.queue"},
+		{Name: "Bad", Type: "string", JSONPath: ".spec[?(@.x=="},
+		{Name: "Size", Type: "integer", JSONPath: ".spec.size"},
+	}
+	s := serve(t, res, 5, `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"queue":"q1","size":3}}`)
+	code, _, body := s.read(t, "list", "ns", "", "", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	if code != http.StatusOK || !strings.Contains(body, `"columnDefinitions":[{"name":"Name"`) || !strings.Contains(body, `{"name":"Queue"`) ||
+		strings.Contains(body, `"Bad"`) || strings.Contains(body, `"Size"`) || !strings.Contains(body, `"cells":["a","q1"]`) {
+		t.Fatalf("%d %s", code, body)
+	}
+}
+
+// TestDeprecationWarning (issue 38, item 6): every read of a resource
+// with warnings (a deprecated CRD version) carries them, as
+// kube-apiserver's Warning header.
+func TestDeprecationWarning(t *testing.T) {
+	res := widgetsRes
+	res.Warnings = []string{"example.com/v1 Widget is deprecated"}
+	s := serve(t, res, 5)
+	for _, c := range []struct{ verb, name, query string }{{"list", "", ""}, {"get", "nothere", ""}, {"watch", "", "watch=true&timeoutSeconds=1"}} {
+		_, h, _ := s.read(t, c.verb, "ns", c.name, c.query, "application/json")
+		if got := h.Values("Warning"); len(got) != 1 || got[0] != `299 - "example.com/v1 Widget is deprecated"` {
+			t.Errorf("%s: Warning %q", c.verb, got)
+		}
 	}
 }

@@ -27,6 +27,8 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/klog/v2"
 
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/readonly"
@@ -44,10 +46,14 @@ type Resource struct {
 	// metadata.namespace: metadata.name and a CRD's selectableFields.
 	Fields []string
 	// Columns are a custom resource's additionalPrinterColumns at the
-	// version; nil for a built-in (NAME and CREATED AT).
+	// version (Age when it has none, as apiextensions-apiserver defaults
+	// them); nil for a built-in (NAME and CREATED AT).
 	Columns []apiextensionsv1.CustomResourceColumnDefinition
 	// Custom: a custom resource (kube-apiserver serves it as Unstructured).
 	Custom bool
+	// Warnings go with every request of the resource in Warning headers, as
+	// kube-apiserver adds a deprecated CRD version's deprecation warning.
+	Warnings []string
 }
 
 // Codec is how the resource's cache holds and writes its objects.
@@ -62,6 +68,11 @@ type Handler struct {
 	storage    *readonly.REST
 	scope      *handlers.RequestScope
 	minTimeout time.Duration
+	// current is the cache's resourceVersion (SetCurrent), and floor what
+	// it was when the handler was added (the cache synced): for the reads
+	// the cache's history may not reach (Registry.Serves).
+	current func() uint64
+	floor   uint64
 	// router, if the cache is one, decides where consistent reads go.
 	router Router
 }
@@ -78,9 +89,12 @@ func NewHandler(res Resource, cache readonly.Cache, minRequestTimeout time.Durat
 	gvk := res.GVK()
 	table := rest.TableConvertor(rest.NewDefaultTableConvertor(res.GVR.GroupResource()))
 	if res.Columns != nil {
+		// A column whose JSONPath does not parse ends the columns there, as
+		// apiextensions-apiserver prints them (it logs and serves the
+		// convertor New returns with the error).
 		t, err := tableconvertor.New(res.Columns)
 		if err != nil {
-			return nil, fmt.Errorf("printer columns of %s: %w", res.GVR.GroupResource(), err)
+			klog.InfoS("Printer columns of a cached resource: those before the invalid one are printed, as kube-apiserver prints them", "resource", res.GVR.GroupResource(), "err", err)
 		}
 		table = t
 	}
@@ -103,13 +117,7 @@ func NewHandler(res Resource, cache readonly.Cache, minRequestTimeout time.Durat
 		WriteList:      res.Codec().WriteList,
 	}, cache)
 
-	fields := map[string]bool{"metadata.name": true}
-	if res.Namespaced {
-		fields["metadata.namespace"] = true
-	}
-	for _, f := range res.Fields {
-		fields[f] = true
-	}
+	fields := res.fieldsOf()
 	t := newTyper()
 	params := runtime.NewScheme()
 	metav1.AddToGroupVersion(params, res.GVR.GroupVersion())
@@ -143,6 +151,12 @@ func NewHandler(res Resource, cache readonly.Cache, minRequestTimeout time.Durat
 	return &Handler{res: res, storage: storage, scope: scope, minTimeout: minRequestTimeout, router: router}, nil
 }
 
+// SetCurrent tells the handler the cache's resourceVersion: an Exact LIST
+// older than it, and a watch or a continued LIST from before the cache
+// synced, pass through (Registry.Serves); without it every Exact LIST
+// does.
+func (h *Handler) SetCurrent(rv func() uint64) { h.current = rv }
+
 // Storage is the registry the handler serves from.
 func (h *Handler) Storage() *readonly.REST { return h.storage }
 
@@ -150,6 +164,9 @@ func (h *Handler) Storage() *readonly.REST { return h.storage }
 // request's context) names this resource.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	info, _ := request.RequestInfoFrom(req.Context())
+	for _, text := range h.res.Warnings {
+		warning.AddWarning(req.Context(), "", text)
+	}
 	var serve http.HandlerFunc
 	switch info.Verb {
 	case "get":
@@ -179,6 +196,10 @@ func NewRegistry() *Registry {
 
 // Add serves h's resource from now on.
 func (r *Registry) Add(h *Handler) {
+	if h.current != nil {
+		// It is added once synced: its history starts here (or before).
+		h.floor = h.current()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.handlers[h.res.GVR] = h
@@ -207,18 +228,6 @@ func (r *Registry) handler(info *request.RequestInfo) *Handler {
 		return nil
 	}
 	return h
-}
-
-// Serves tells whether a request is a read of a resource served here. A
-// Table of a built-in is not: kube-apiserver prints each with columns of
-// its own (a ConfigMap's DATA, a Job's COMPLETIONS), which only a custom
-// resource's additionalPrinterColumns give here; it passes through.
-func (r *Registry) Serves(method string, info *request.RequestInfo, table bool) bool {
-	if method != http.MethodGet {
-		return false
-	}
-	h := r.handler(info)
-	return h != nil && !(table && !h.res.Custom)
 }
 
 // Route decides where a consistent read (get: a GET, else a LIST's first

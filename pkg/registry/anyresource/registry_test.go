@@ -53,7 +53,7 @@ func TestTablesOfBuiltInsPassThrough(t *testing.T) {
 		{"POST", read("", "configmaps", "create"), false, false},
 		{"GET", read("", "secrets", "list"), false, false},
 	} {
-		if got := reg.Serves(c.method, c.info, c.table); got != c.want {
+		if got := reg.Serves(c.method, c.info, c.table, nil); got != c.want {
 			t.Errorf("%s %s %s table=%v: served %v, want %v", c.method, c.info.Verb, c.info.Resource, c.table, got, c.want)
 		}
 	}
