@@ -164,6 +164,13 @@ func TestBuiltInListEnvelopeAndBookmark(t *testing.T) {
 			t.Errorf("LIST ?%s: %d\n got %s\nwant %s", c.query, code, body, c.want)
 		}
 	}
+	// A page: ListMeta's fields in their order.
+	two := serve(t, configMaps, 20, cm, strings.Replace(cm, `"name":"a"`, `"name":"b"`, 1))
+	code, _, body := two.read(t, "list", "ns", "", "limit=1", "application/json")
+	if code != http.StatusOK || !strings.HasPrefix(body, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"20","continue":"`) ||
+		!strings.Contains(body, `","remainingItemCount":1},"items":[{`+item+`]}`) {
+		t.Errorf("a page: %d %s", code, body)
+	}
 	// The compiled list type's bytes, for the record.
 	l := &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "20"}, Items: []corev1.ConfigMap{}}
 	l.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
@@ -171,7 +178,7 @@ func TestBuiltInListEnvelopeAndBookmark(t *testing.T) {
 		t.Fatalf("compiled empty list: %s", got)
 	}
 
-	_, _, body := s.read(t, "watch", "ns", "", "watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&resourceVersion=20&timeoutSeconds=1", "application/json")
+	_, _, body = s.read(t, "watch", "ns", "", "watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&resourceVersion=20&timeoutSeconds=1", "application/json")
 	bm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "20", Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
 	bm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
 	want := `{"type":"ADDED","object":` + cm + "}\n" +
