@@ -247,6 +247,7 @@ func TestServesOnlyWhatTheCacheAnswersExactly(t *testing.T) {
 		{"continue not a token", info("", "configmaps", "list", "ns", ""), q("continue", "x!", "limit", "5"), false},
 		{"watch", info("", "configmaps", "watch", "ns", ""), q("resourceVersion", "20"), true},
 		{"watch before the cache", info("", "configmaps", "watch", "ns", ""), q("resourceVersion", "19"), false},
+		{"WatchList from before the cache", info("", "configmaps", "watch", "ns", ""), q("resourceVersion", "19", "sendInitialEvents", "true", "resourceVersionMatch", "NotOlderThan"), true},
 		{"watch from now", info("", "configmaps", "watch", "ns", ""), q("resourceVersion", ""), true},
 		{"watch from any", info("", "configmaps", "watch", "ns", ""), q("resourceVersion", "0"), true},
 	} {

@@ -84,7 +84,9 @@ func beforeHistory(verb string, query url.Values, floor uint64) bool {
 		// A negative resourceVersion continues at the current state.
 		return c.RV > 0 && uint64(c.RV) < floor
 	}
-	if verb != "watch" {
+	if verb != "watch" || query.Get("sendInitialEvents") == "true" {
+		// A WatchList starts from a state not older than its
+		// resourceVersion: the cache's current one.
 		return false
 	}
 	rv, err := strconv.ParseUint(query.Get("resourceVersion"), 10, 64)
