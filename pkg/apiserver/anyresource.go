@@ -257,6 +257,7 @@ func (a *anyCaches) resolve(ctx context.Context, resource string) (anyresource.R
 		ListKind:   gvk.Kind + "List",
 		Singular:   strings.ToLower(gvk.Kind),
 		Namespaced: mapping.Scope.Name() == meta.RESTScopeNameNamespace,
+		Fields:     anyresource.BuiltInFields(gvr),
 	}, nil
 }
 

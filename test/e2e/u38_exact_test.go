@@ -466,6 +466,21 @@ func TestU38BuiltInsAsKube(t *testing.T) {
 					t.Errorf("item 2: %v", err)
 				}
 			}
+			// Item 2: the built-in field labels the cache selects on
+			// (anyresource.BuiltInFields) are served from it, as
+			// kube-apiserver answers them.
+			for _, p := range []string{
+				core + "/secrets?resourceVersion=0&fieldSelector=" + url.QueryEscape("type=Opaque"),
+				core + "/events?resourceVersion=0&fieldSelector=" + url.QueryEscape("involvedObject.name=x,involvedObject.kind=ConfigMap,type!=Warning"),
+			} {
+				before := cacheServed(t)
+				u38Check(t, "item 2 (cached): "+p, 5*time.Second, func() error {
+					return u38Same(u38Get(t, ctx, kube, p, "application/json"), u38Get(t, ctx, e.host, p, "application/json"), list)
+				})
+				if e.name == "direct" && cacheServed(t) == before {
+					t.Errorf("item 2: %s not served from the cache", p)
+				}
+			}
 			// Item 4: a LIST's envelope, from the cache.
 			p := core + "/configmaps?labelSelector=u38%3Dyes&resourceVersion=0"
 			before := cacheServed(t)

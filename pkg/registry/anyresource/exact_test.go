@@ -289,3 +289,62 @@ func TestDeprecationWarning(t *testing.T) {
 		}
 	}
 }
+
+// TestBuiltInFieldLabels (issue 38, item 2): a built-in's field labels whose
+// value lies at their own path are applied by the cache as kube-apiserver
+// applies them (an absent value is ""); the others pass through.
+func TestBuiltInFieldLabels(t *testing.T) {
+	secrets := anyresource.Resource{GVR: schema.GroupVersionResource{Version: "v1", Resource: "secrets"},
+		Kind: "Secret", ListKind: "SecretList", Singular: "secret", Namespaced: true}
+	secrets.Fields = anyresource.BuiltInFields(secrets.GVR)
+	events := anyresource.Resource{GVR: schema.GroupVersionResource{Version: "v1", Resource: "events"},
+		Kind: "Event", ListKind: "EventList", Singular: "event", Namespaced: true}
+	events.Fields = anyresource.BuiltInFields(events.GVR)
+	s := serve(t, secrets, 9,
+		`{"kind":"Secret","apiVersion":"v1","metadata":{"name":"s1","namespace":"ns","resourceVersion":"5"},"type":"Opaque"}`,
+		`{"kind":"Secret","apiVersion":"v1","metadata":{"name":"s2","namespace":"ns","resourceVersion":"6"},"type":"kubernetes.io/tls"}`)
+	e := serve(t, events, 9,
+		`{"kind":"Event","apiVersion":"v1","metadata":{"name":"e1","namespace":"ns","resourceVersion":"7"},"involvedObject":{"kind":"Pod","namespace":"ns","name":"x","uid":"u1"},"type":"Normal"}`,
+		`{"kind":"Event","apiVersion":"v1","metadata":{"name":"e2","namespace":"ns","resourceVersion":"8"},"involvedObject":{"kind":"Node","name":"x"}}`)
+	names := func(body string) string {
+		var out []string
+		for _, part := range strings.Split(body, `"name":"`)[1:] {
+			out = append(out, part[:strings.IndexByte(part, '"')])
+		}
+		return strings.Join(out, ",")
+	}
+	for _, c := range []struct {
+		s            *served
+		field, names string
+	}{
+		{s, "type=Opaque", "s1"},
+		{s, "type!=Opaque", "s2"},
+		{e, "involvedObject.name=x,involvedObject.kind=Pod,involvedObject.namespace=ns,involvedObject.uid=u1", "e1,x"},
+		{e, "involvedObject.namespace=,involvedObject.uid=", "e2,x"},
+		{e, "type=", "e2,x"},
+		{e, "type!=Normal,involvedObject.name=x", "e2,x"},
+	} {
+		code, _, body := c.s.read(t, "list", "ns", "", "fieldSelector="+url.QueryEscape(c.field), "application/json")
+		if code != http.StatusOK || names(body) != c.names {
+			t.Errorf("%s: %d %s, want %s", c.field, code, body, c.names)
+		}
+	}
+	reg := anyresource.NewRegistry()
+	reg.Add(s.h)
+	reg.Add(e.h)
+	for field, want := range map[string]bool{
+		"type=Opaque": true, "involvedObject.name=x": true, "source=kubelet": false, "reason=Failed": false, "involvedObject.fieldPath=a": false,
+	} {
+		resource := "events"
+		if strings.HasPrefix(field, "type") {
+			resource = "secrets"
+		}
+		info := &request.RequestInfo{IsResourceRequest: true, APIVersion: "v1", Resource: resource, Namespace: "ns", Verb: "list"}
+		if got := reg.Serves(http.MethodGet, info, false, url.Values{"fieldSelector": {field}}); got != want {
+			t.Errorf("%s %s: served %v, want %v", resource, field, got, want)
+		}
+	}
+	if f := anyresource.BuiltInFields(schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}); f != nil {
+		t.Errorf("jobs: %v (status.successful is not at its own path)", f)
+	}
+}

@@ -42,8 +42,9 @@ type Resource struct {
 	ListKind   string
 	Singular   string
 	Namespaced bool
-	// Fields are the field paths its field selectors support, besides
-	// metadata.namespace: metadata.name and a CRD's selectableFields.
+	// Fields are the field paths its field selectors support here, besides
+	// metadata.name and metadata.namespace: a CRD version's
+	// selectableFields, a built-in's BuiltInFields.
 	Fields []string
 	// Columns are a custom resource's additionalPrinterColumns at the
 	// version (Age when it has none, as apiextensions-apiserver defaults
