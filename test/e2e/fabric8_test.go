@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/index-apiserver/index-apiserver/test/localstack"
 )
 
 // fabric8Versions are the io.fabric8:kubernetes-client versions the JVM
@@ -186,7 +188,10 @@ func checkPodReadsServedFromCache(t *testing.T, user string) {
 		}
 		switch ev.Verb {
 		case "get", "list", "watch":
-			if ev.ObjectRef.Subresource == "" {
+			// A consistent GET or LIST that the cache could not prove
+			// fresh in time is passed through as the caller, by
+			// index-apiserver (consistentread.Reader.Route).
+			if ev.ObjectRef.Subresource == "" && !(ev.routed() && ev.User.Username == localstack.IndexAPIServerUser) {
 				t.Errorf("a pod read through the prefix reached kube-apiserver: %v", ev)
 			}
 		default:
