@@ -54,12 +54,17 @@
 // (-sat-label-watchers) and shard watchers (-sat-shard-watchers) raised on
 // each server until it falls behind (saturate.go).
 //
+// agents: a node-agent fleet (agents.go): N agents, each with the informers
+// Cilium's agent keeps (three cluster-wide Cilium-like CRDs, its node's
+// pods, nodes, services), under pod churn that creates and deletes the CRD
+// objects; all at kube-apiserver against directly at index-apiserver.
+//
 // It writes JSON (-json) and, unless -smoke, adds a Markdown section to the
 // run archive docs/bench/archive.md, newest first (-markdown; the results
 // tables at the top of docs/benchmarks.md are written by hand from those
 // runs) and a PNG next to the JSON. -smoke runs tiny sizes of the engine
-// phases, of each fleet (kube and direct) and of -mode crd in about a
-// minute and a half, and fails unless every watcher got exactly its events,
+// phases, of each fleet (kube and direct), of -mode crd and of -mode
+// agents (4 agents for 3 seconds of churn) in about two minutes, and fails unless every watcher got exactly its events,
 // every client's view equals kube-apiserver's and both servers answer the
 // same LISTs; `make test` runs it.
 //
@@ -79,6 +84,7 @@
 //	go run ./test/bench/cmd/bench -apps 500 -repeat 1      # 10k pods, one round
 //	go run ./test/bench/cmd/bench -mode fleets -spark-drivers 100,500 -flink-jobs 100 -sharded-replicas 16,1024
 //	go run ./test/bench/cmd/bench -mode crd -crd-objects 50000 -crd-watchers 500,1000,2000,5000
+//	go run ./test/bench/cmd/bench -mode agents -agents 100 -agent-pods 1000 -agent-churn 10
 //	go run ./test/bench/cmd/bench -mode saturate -sat-pods 20000 -sat-label-watchers 1000,2000,5000,10000 -sat-shard-watchers 1024,4096
 package main
 
@@ -186,6 +192,9 @@ type options struct {
 	crd        bool
 	crdObjects int
 	crdPerApp  int
+
+	// agents (-mode agents, agents.go): the node-agent fleet.
+	agents agentOptions
 }
 
 func main() {
@@ -197,7 +206,7 @@ func main() {
 		return
 	}
 	var o options
-	var watchers, shards, ways, sparkDrivers, flinkJobs, shardedReplicas, satLabel, satShards, satTargets, crdWatchers string
+	var watchers, shards, ways, sparkDrivers, flinkJobs, shardedReplicas, satLabel, satShards, satTargets, crdWatchers, agentSizes string
 	flag.BoolVar(&o.smoke, "smoke", false, "tiny sizes (< 1 min); fail on any lost, duplicated or unexpected event or differing LIST; writes no docs")
 	flag.IntVar(&o.namespaces, "namespaces", 10, "namespaces the apps are spread over")
 	flag.IntVar(&o.apps, "apps", 2500, "apps (spark-app-selector=app-N)")
@@ -219,7 +228,7 @@ func main() {
 	flag.IntVar(&o.repeat, "repeat", 3, "rounds of watch phases (each with its own zero-watcher baseline); tables show the median and the range")
 	flag.StringVar(&o.pprofDir, "pprof", "", "write index-apiserver CPU and heap profiles of each of its watch phases here (<kind>-<watchers>.cpu.pprof); fleet modes: both servers' CPU profiles over each steady window (<workload>-<size>-<way>.{kube,index}.cpu.pprof)")
 	flag.BoolVar(&o.clusterProxy, "cluster-proxy", true, "also LIST and WATCH through the cluster proxy path (the stack's CLUSTER_PROXY: index-apiserver with --enable-cluster-proxy and its impersonation RBAC)")
-	flag.StringVar(&o.mode, "mode", "engine", "workload: engine (synthetic LIST and WATCH phases), spark, flink, sharded, fleets (spark, flink and sharded), saturate")
+	flag.StringVar(&o.mode, "mode", "engine", "workload: engine (synthetic LIST and WATCH phases), spark, flink, sharded, fleets (spark, flink and sharded), saturate, crd, agents (node agents: agents.go)")
 	flag.BoolVar(&o.realistic, "realistic", false, "engine mode: load realistic Spark executor pods (with a kubelet status) instead of stubs")
 	flag.StringVar(&ways, "ways", "kube,aggregator,aggregator-proxy,direct", "fleet modes: how clients reach the servers: kube (everything at kube-apiserver), aggregator (reads via the aggregator, indexing group), aggregator-proxy (cluster proxy prefix via the aggregator), direct (cluster proxy prefix at index-apiserver)")
 	flag.StringVar(&sparkDrivers, "spark-drivers", "100,500,2000", "Spark fleet sizes (drivers)")
@@ -248,6 +257,7 @@ func main() {
 	flag.IntVar(&o.crdObjects, "crd-objects", 50000, "crd: SparkApplications loaded (about 4 KB each, with status)")
 	flag.IntVar(&o.crdPerApp, "crd-per-app", 10, "crd: SparkApplications per app label value (what a label LIST returns)")
 	flag.StringVar(&crdWatchers, "crd-watchers", "1000,2000,5000,10000,20000", "crd: label watcher counts of the sweep, each on its own SparkApplication's app-name label (at most -crd-objects)")
+	agentFlags(&o.agents, &agentSizes)
 	flag.Parse()
 	if o.smoke {
 		o.namespaces, o.apps, o.podsPerApp, o.listRequests, o.listClients = 2, 12, 3, 10, 2
@@ -289,6 +299,13 @@ func main() {
 	}
 	switch o.mode {
 	case "engine", "fleets", "saturate", "crd":
+	case "agents":
+		if err := agentsOptions(&o, agentSizes); err != nil {
+			fail(err)
+		}
+		if o.smoke {
+			agentsSmokeOptions(&o)
+		}
 	case "spark":
 		o.flinkJobs, o.shardedReplicas = nil, nil
 	case "flink":
@@ -296,7 +313,7 @@ func main() {
 	case "sharded":
 		o.sparkDrivers, o.flinkJobs = nil, nil
 	default:
-		fail(fmt.Errorf("-mode %q: engine, spark, flink, sharded, fleets, saturate or crd", o.mode))
+		fail(fmt.Errorf("-mode %q: engine, spark, flink, sharded, fleets, saturate, crd or agents", o.mode))
 	}
 	for _, t := range strings.Split(satTargets, ",") {
 		switch t = strings.TrimSpace(t); t {
@@ -424,10 +441,15 @@ func run(ctx context.Context, o options) int {
 		if perr == nil && o.smoke {
 			perr = crdSmoke(ctx, s, o, res)
 		}
+		if perr == nil && o.smoke {
+			perr = agentsSmoke(ctx, s, o, res)
+		}
 	case "saturate":
 		perr = saturate(ctx, s, o, res)
 	case "crd":
 		perr = crdPhases(ctx, s, o, res)
+	case "agents":
+		perr = agentsPhases(ctx, s, o, res)
 	default:
 		perr = fleetPhases(ctx, s, o, res)
 	}

@@ -86,9 +86,12 @@ func writeResults(o options, res *Results) error {
 		md = saturationMarkdown(res, o, out, rel)
 	case "crd":
 		md = crdMarkdown(res, o, out, rel)
+	case "agents":
+		md = agentsMarkdown(res, o, out)
 	default:
 		md = fleetMarkdown(res, o, out, rel)
 	}
+	md += sloMarkdown(res, o)
 	if err := addSection(o.markdown, md); err != nil {
 		return err
 	}
@@ -262,4 +265,106 @@ func proxyWatchTable(b *strings.Builder, cases []WatchCase) {
 			k.P50ms, k.P99ms, a.P50ms, a.P99ms, d.P50ms, d.P99ms,
 			k.KubeCPUAbove, a.KubeCPUAbove, d.KubeCPUAbove, a.IndexCPUAbove, d.IndexCPUAbove)
 	}
+}
+
+// ---- the scalability SLOs (issue 37) ----
+
+// The scalability SLO of non-streaming read-only API calls
+// (sig-scalability's api_call_latency: p99 over the cluster's calls): at
+// most 1 s for one object (GET), at most 30 s for a namespace's or the
+// cluster's (LIST). Watches and WatchList (streaming) have none.
+const (
+	sloOneObjectMs  = 1000
+	sloCollectionMs = 30000
+)
+
+// sloMark says whether a read's p99 meets its SLO: "met (≤ 1 s)" or
+// "**missed** (> 30 s)".
+func sloMark(p99ms float64, oneObject bool) string {
+	limit, name := float64(sloCollectionMs), "30 s"
+	if oneObject {
+		limit, name = sloOneObjectMs, "1 s"
+	}
+	if p99ms <= limit {
+		return "met (≤ " + name + ")"
+	}
+	return "**missed** (> " + name + ")"
+}
+
+// sloRow is one resource's reads of one scope at one entry point: the
+// worst p99 over the run's cases.
+type sloRow struct {
+	resource, scope, target, worstCase string
+	p99ms                              float64
+	requests                           int
+}
+
+// sloMarkdown marks each read's p99 against the SLO, per resource, scope
+// and entry point: the LIST and GET cases, full LISTs and the fleets'
+// LISTs (the node-agent fleet marks its own, agentsreport.go).
+func sloMarkdown(res *Results, o options) string {
+	var rows []sloRow
+	add := func(resource, scope, target, c string, p99 float64, n int) {
+		for i := range rows {
+			r := &rows[i]
+			if r.resource == resource && r.scope == scope && r.target == target {
+				r.requests += n
+				if p99 > r.p99ms {
+					r.p99ms, r.worstCase = p99, c
+				}
+				return
+			}
+		}
+		rows = append(rows, sloRow{resource, scope, target, c, p99, n})
+	}
+	resource := o.resourcePlural()
+	for _, l := range res.Lists {
+		if l.Errors == l.Requests {
+			continue
+		}
+		scope, c := l.Scope, "rv="+l.RV
+		switch scope {
+		case "get":
+			scope, c = "one object (GET)", "GET, rv="+l.RV
+		case "namespaced":
+			scope, c = "namespace (LIST)", "label LIST, rv="+l.RV
+		default:
+			scope, c = "cluster (LIST)", "label LIST, rv="+l.RV
+		}
+		if l.Clients > 1 {
+			c += fmt.Sprintf(", %d clients", l.Clients)
+		}
+		add(resource, scope, l.Target, c, l.P99ms, l.Requests)
+	}
+	for _, f := range res.FullLists {
+		gz := ""
+		if f.Gzip {
+			gz = ", gzip"
+		}
+		add(resource, "cluster (LIST)", f.Target, "full LIST, "+f.Format+gz+", rv="+f.RV, f.P99ms, f.Requests)
+	}
+	for _, f := range res.Fleets {
+		if f.Lists == 0 || f.Workload == "sharded" || f.FellOver != "" {
+			// The sharded controller syncs with WatchList: streaming, no SLO.
+			continue
+		}
+		c := "Spark driver's periodic label LIST"
+		if f.Workload == "flink" {
+			c = "Flink job manager's initial label LIST"
+		}
+		add("pods", "namespace (LIST)", wayTitles[f.Way], fmt.Sprintf("%s, %d clients", c, f.Size), f.ListP99ms, f.Lists)
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\nReads against the scalability SLOs (non-streaming read-only calls, p99: ≤ 1 s for one object, ≤ 30 s for a namespace or " +
+		"the cluster), per resource, scope and entry point; the worst p99 of the run's cases (measured on this machine with the harness " +
+		"on the same cores; the SLO is over a cluster's calls in 5 minutes):\n\n")
+	b.WriteString("| resource | scope | entry point | requests | worst p99 ms | its case | SLO |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f | %s | %s |\n", r.resource, r.scope, r.target, r.requests, r.p99ms, r.worstCase,
+			sloMark(r.p99ms, strings.HasPrefix(r.scope, "one object")))
+	}
+	return b.String()
 }

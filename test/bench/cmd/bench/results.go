@@ -24,6 +24,8 @@ type Results struct {
 	// managedFields) and as index-apiserver does (without).
 	PodJSONBytesKube  int `json:"podJSONBytesKubeAPIServer,omitempty"`
 	PodJSONBytesIndex int `json:"podJSONBytesIndexAPIServer,omitempty"`
+	// The node-agent fleet (-mode agents, agents.go), each size each way.
+	Agents []AgentsResult `json:"agents,omitempty"`
 	// The saturation sweep (-mode saturate).
 	Saturation []SaturationStep `json:"saturation,omitempty"`
 	// IndexFlags: the run's -index-apiserver-flags (e.g.
