@@ -52,6 +52,38 @@ type Options struct {
 	Concurrency ConcurrencyOptions
 	// Budget caps the caches IndexPolicies start beyond pods and nodes.
 	Budget BudgetOptions
+	// Spread makes HTTP/2 clients move between replicas (--goaway-chance).
+	Spread SpreadOptions
+}
+
+// SpreadOptions spread long-lived HTTP/2 connections over replicas: a client
+// (kube-apiserver's aggregator among them) sends all its requests over one
+// connection to one replica, whatever balances connections in front of them.
+type SpreadOptions struct {
+	// GoawayChance is kube-apiserver's --goaway-chance (genericapiserver
+	// Config.GoawayChance, filter WithProbabilisticGoaway).
+	GoawayChance float64
+}
+
+// MaxGoawayChance is the largest --goaway-chance, as kube-apiserver allows.
+const MaxGoawayChance = 0.02
+
+// AddFlags adds kube-apiserver's --goaway-chance.
+func (s *SpreadOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.Float64Var(&s.GoawayChance, "goaway-chance", s.GoawayChance, ""+
+		"To prevent HTTP/2 clients from getting stuck on a single replica, randomly close a connection (GOAWAY), as kube-apiserver's flag of the same name does. "+
+		"The client's other in-flight requests won't be affected, and the client will reconnect, likely landing on a different replica after going through the Service's load balancing again "+
+		"(also kube-apiserver's aggregator, which otherwise keeps one connection to one replica unless it runs with --enable-aggregator-routing). "+
+		"This argument sets the fraction of requests that will be sent a GOAWAY (watches keep running to their end). A single replica should NOT enable this. "+
+		"Min is 0 (off), Max is .02 (1/50 requests); .001 (1/1000) is a recommended starting point (see docs/deploy.md, replicas and the aggregator).")
+}
+
+// Validate checks the bounds kube-apiserver checks.
+func (s *SpreadOptions) Validate() []error {
+	if s.GoawayChance < 0 || s.GoawayChance > MaxGoawayChance {
+		return []error{fmt.Errorf("--goaway-chance can not be less than 0 or greater than %v", MaxGoawayChance)}
+	}
+	return nil
 }
 
 // BudgetOptions cap the caches of the resources IndexPolicies name beyond
@@ -260,6 +292,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.Budget.AddFlags(fss.FlagSet("cache budgets"))
 	o.ClusterProxy.AddFlags(fss.FlagSet("cluster proxy"))
 	o.Concurrency.AddFlags(fss.FlagSet("priority and fairness"))
+	o.Spread.AddFlags(fss.FlagSet("replicas"))
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logging"))
 	return fss
 }
@@ -306,6 +339,7 @@ func (o *Options) Validate() error {
 	errs = append(errs, logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate))
 	errs = append(errs, o.Policy.Validate()...)
 	errs = append(errs, o.Budget.Validate()...)
+	errs = append(errs, o.Spread.Validate()...)
 	if o.Cache.EventWindow < 1 {
 		errs = append(errs, fmt.Errorf("--watch-event-window must be positive"))
 	}
@@ -369,6 +403,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	cfg.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 	cfg.MaxRequestsInFlight = o.Concurrency.MaxRequestsInFlight
 	cfg.MaxMutatingRequestsInFlight = o.Concurrency.MaxMutatingRequestsInFlight
+	// The generic chain adds WithProbabilisticGoaway when it is > 0 (and
+	// HTTP/2 is on), outside everything served, the cluster proxy included.
+	cfg.GoawayChance = o.Spread.GoawayChance
 
 	namer := openapinamer.NewDefinitionNamer(apiserver.Scheme)
 	cfg.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
