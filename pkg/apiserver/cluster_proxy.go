@@ -56,16 +56,16 @@ func (c CompletedConfig) installClusterProxy(pods, nodes *consistentread.Reader,
 		Cached: cachedReads(anyResources),
 		// Consistent reads the cache cannot prove fresh in time pass
 		// through (consistentread.Reader.Route).
-		Route: func(ctx context.Context, info *request.RequestInfo, get bool) (context.Context, bool, func()) {
+		Route: func(ctx context.Context, info *request.RequestInfo, shape consistentread.Shape) (context.Context, bool, func()) {
 			if info.APIGroup == "" && info.APIVersion == "v1" {
 				switch info.Resource {
 				case "pods":
-					return pods.Route(ctx, get)
+					return pods.Route(ctx, shape)
 				case "nodes":
-					return nodes.Route(ctx, get)
+					return nodes.Route(ctx, shape)
 				}
 			}
-			return anyResources.Route(ctx, info, get)
+			return anyResources.Route(ctx, info, shape)
 		},
 		Upstream: up,
 		Advice:   passed,

@@ -31,6 +31,7 @@ import (
 	endpointsmetrics "k8s.io/apiserver/pkg/endpoints/metrics"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
@@ -64,11 +65,11 @@ type Config struct {
 	// Cached selects the reads served from Cache; nil is CoreCached.
 	Cached Cached
 	// Route, if set, decides where a consistent read Cached selected is
-	// answered (get: a GET, else a LIST's first page; both without a
-	// resourceVersion): from the cache, served with the context it returns,
-	// or (false) passed through to kube-apiserver as the caller, which
-	// answers it as it would without the cache; then done is called.
-	Route func(ctx context.Context, info *request.RequestInfo, get bool) (_ context.Context, atCache bool, done func())
+	// answered (a GET, or a LIST's first page, without a resourceVersion;
+	// shape says which): from the cache, served with the context it
+	// returns, or (false) passed through to kube-apiserver as the caller,
+	// which answers it as it would without the cache; then done is called.
+	Route func(ctx context.Context, info *request.RequestInfo, shape consistentread.Shape) (_ context.Context, atCache bool, done func())
 	// Upstream forwards everything else (see NewUpstream).
 	Upstream *Upstream
 	// Advice, if set, is told of every passed-through request (package
@@ -127,8 +128,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	query := inner.URL.Query()
 	if servedOnce(req.Context(), h.cfg.Cached, Read{Method: req.Method, Path: inner.URL.Path, Info: info, Table: AsTable(req.Header), Query: query}) {
 		outcome = OutcomeCache
-		if get, ok := consistent(info, query); ok && h.cfg.Route != nil {
-			ctx, atCache, done := h.cfg.Route(inner.Context(), info, get)
+		if shape, ok := consistent(info, query); ok && h.cfg.Route != nil {
+			ctx, atCache, done := h.cfg.Route(inner.Context(), info, shape)
 			defer done()
 			if !atCache {
 				outcome = OutcomeFallback
@@ -172,20 +173,23 @@ func (h *Handler) passThrough(w http.ResponseWriter, req *http.Request, info *re
 		endpointsmetrics.CleanScope(info), endpointsmetrics.APIServerComponent, false, "", h.cfg.Upstream.ServeHTTP)(w, req)
 }
 
-// consistent tells whether a read is a consistent one, and whether it is a
-// GET: a GET, or a LIST's first page, without a resourceVersion (a later
-// page reads at its continue token's).
-func consistent(info *request.RequestInfo, query url.Values) (get, ok bool) {
+// consistent tells whether a read is a consistent one, and its shape: a
+// GET, or a LIST's first page, without a resourceVersion (a later page
+// reads at its continue token's).
+func consistent(info *request.RequestInfo, query url.Values) (consistentread.Shape, bool) {
 	if query.Get("resourceVersion") != "" {
-		return false, false
+		return 0, false
 	}
 	switch info.Verb {
 	case "get":
-		return true, true
+		return consistentread.ShapeGet, true
 	case "list":
-		return false, query.Get("continue") == ""
+		if query.Get("labelSelector") != "" || query.Get("fieldSelector") != "" {
+			return consistentread.ShapeSelective, query.Get("continue") == ""
+		}
+		return consistentread.ShapeWhole, query.Get("continue") == ""
 	}
-	return false, false
+	return 0, false
 }
 
 // innerRequest returns the request as kube-apiserver would see it at its

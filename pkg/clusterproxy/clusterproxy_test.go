@@ -22,6 +22,8 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
+
+	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 )
 
 var codecs = func() serializer.CodecFactory {
@@ -600,20 +602,21 @@ func TestConsistentReadsRouted(t *testing.T) {
 	for _, c := range []struct {
 		path    string
 		asked   bool
-		get     bool
+		shape   consistentread.Shape
 		atCache bool
 	}{
-		{"/api/v1/pods", true, false, true},
-		{"/api/v1/pods", true, false, false},
-		{"/api/v1/namespaces/ns/pods?labelSelector=a%3Db&limit=5", true, false, false},
-		{"/api/v1/namespaces/ns/pods/p", true, true, false},
-		{"/api/v1/namespaces/ns/pods/p", true, true, true},
-		{"/api/v1/pods?resourceVersion=0", false, false, true},
-		{"/api/v1/pods?resourceVersion=5&resourceVersionMatch=NotOlderThan", false, false, true},
-		{"/api/v1/pods?limit=5&continue=abc", false, false, true},
-		{"/api/v1/namespaces/ns/pods/p?resourceVersion=0", false, false, true},
-		{"/api/v1/pods?watch=true", false, false, true},
-		{"/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan", false, false, true},
+		{"/api/v1/pods", true, consistentread.ShapeWhole, true},
+		{"/api/v1/pods?limit=500", true, consistentread.ShapeWhole, false},
+		{"/api/v1/namespaces/ns/pods?labelSelector=a%3Db&limit=5", true, consistentread.ShapeSelective, false},
+		{"/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", true, consistentread.ShapeSelective, true},
+		{"/api/v1/namespaces/ns/pods/p", true, consistentread.ShapeGet, false},
+		{"/api/v1/namespaces/ns/pods/p", true, consistentread.ShapeGet, true},
+		{"/api/v1/pods?resourceVersion=0", false, 0, true},
+		{"/api/v1/pods?resourceVersion=5&resourceVersionMatch=NotOlderThan", false, 0, true},
+		{"/api/v1/pods?limit=5&continue=abc", false, 0, true},
+		{"/api/v1/namespaces/ns/pods/p?resourceVersion=0", false, 0, true},
+		{"/api/v1/pods?watch=true", false, 0, true},
+		{"/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan", false, 0, true},
 	} {
 		asked, done := false, 0
 		served := false
@@ -626,10 +629,10 @@ func TestConsistentReadsRouted(t *testing.T) {
 				}
 			}),
 			Upstream: up,
-			Route: func(ctx context.Context, info *request.RequestInfo, get bool) (context.Context, bool, func()) {
+			Route: func(ctx context.Context, info *request.RequestInfo, shape consistentread.Shape) (context.Context, bool, func()) {
 				asked = true
-				if get != c.get {
-					t.Errorf("%s: Route asked with get %v, want %v", c.path, get, c.get)
+				if shape != c.shape {
+					t.Errorf("%s: Route asked for a %v read, want %v", c.path, shape, c.shape)
 				}
 				return context.WithValue(ctx, key{}, "proven"), c.atCache, func() { done++ }
 			},

@@ -23,10 +23,30 @@ const (
 	// RouteLate: the proof did not come within the bound.
 	RouteLate = "late"
 	// RouteQuiet: the resource's recent proofs came late (it is quiet while
-	// kube-apiserver's resourceVersion moves through other resources), so
-	// the read passes through at once instead of waiting for the bound.
+	// kube-apiserver's resourceVersion moves through other resources), and
+	// kube-apiserver answers such a read sooner than a quiet resource's
+	// proof comes, so it passes through at once.
 	RouteQuiet = "quiet"
 )
+
+// Shape is what kind of consistent read a request is, for what it costs
+// kube-apiserver to answer it.
+type Shape int
+
+const (
+	// ShapeGet: a GET by name, one etcd read at kube-apiserver.
+	ShapeGet Shape = iota
+	// ShapeSelective: a LIST with a label or field selector.
+	ShapeSelective
+	// ShapeWhole: a LIST of everything in scope (no selector), which
+	// kube-apiserver answers by encoding every object.
+	ShapeWhole
+	shapes
+)
+
+var shapeNames = [shapes]string{"get", "selective", "whole"}
+
+func (s Shape) String() string { return shapeNames[s] }
 
 // lateInARow is how many reads in a row must find the proof late before
 // the reads after them stop waiting for it: a busy resource's occasional
@@ -38,6 +58,17 @@ const lateInARow = 2
 // it is proven fresh in time again.
 const recheckEvery = 500 * time.Millisecond
 
+// proofDelay is how long a quiet resource's proof takes: the progress
+// probe's bookmark, which kube-apiserver sends about a second after the
+// probe's watch starts (upstream.Feed.RequestProgress). A read that
+// kube-apiserver takes longer than this to answer (a whole LIST of a large
+// resource) waits for the proof even when the resource is quiet.
+const proofDelay = time.Second
+
+// maxBound caps the wait for a proof, whatever kube-apiserver's answers
+// took.
+const maxBound = 10 * time.Second
+
 // route is a reader's state for routing consistent reads under the cluster
 // proxy.
 type route struct {
@@ -45,6 +76,32 @@ type route struct {
 	checkMu   sync.Mutex
 	checking  bool
 	lastCheck time.Time
+
+	// upstream is how long kube-apiserver took to answer the reads of
+	// each shape passed through to it (a moving average; 0: none yet).
+	upstreamMu sync.Mutex
+	upstream   [shapes]time.Duration
+}
+
+// bound is how long a read of shape may wait for the proof: what
+// kube-apiserver took for such reads lately, at least Fallback (before the
+// first one is measured: Fallback).
+func (r *Reader) bound(shape Shape) time.Duration {
+	r.route.upstreamMu.Lock()
+	took := r.route.upstream[shape]
+	r.route.upstreamMu.Unlock()
+	return min(max(r.cfg.Fallback, took), maxBound)
+}
+
+// tookUpstream records how long kube-apiserver took to answer a read of
+// shape passed through to it.
+func (r *Reader) tookUpstream(shape Shape, d time.Duration) {
+	r.route.upstreamMu.Lock()
+	defer r.route.upstreamMu.Unlock()
+	if prev := r.route.upstream[shape]; prev > 0 {
+		d = (4*prev + d) / 5
+	}
+	r.route.upstream[shape] = d
 }
 
 type provenKey struct{}
@@ -64,21 +121,28 @@ func provenFrom(ctx context.Context) (uint64, bool) {
 // without a resourceVersion) that the cluster proxy would serve from this
 // cache is answered: from the cache (true, with a context that carries the
 // proof for Get and List) once the cache is proven to hold every change
-// kube-apiserver had when the read arrived, within Fallback; otherwise
+// kube-apiserver had when the read arrived, within the bound; otherwise
 // (false) the caller passes the request through to kube-apiserver as the
 // client, which answers it as it would without the cache, and calls done
 // when it has. A passed-through read is always a correct answer; the cache
-// answers only where it is not slower: a LIST that kube-apiserver answers
-// by scanning every object against the index's short wait, not a GET by
-// name.
+// answers only where it is not slower:
+//   - a GET by name passes through at once: kube-apiserver answers it with
+//     one etcd read, as long as reading its current resourceVersion takes;
+//   - a LIST waits for the proof at most as long as kube-apiserver took to
+//     answer LISTs of its shape passed through lately (Fallback at least,
+//     and before any was measured): a label LIST of a large resource, which
+//     kube-apiserver answers by scanning every object, against the index's
+//     short wait; a whole LIST against its encoding every object;
+//   - on a quiet resource (RouteQuiet), a LIST that kube-apiserver answers
+//     sooner than a quiet resource's proof can come (proofDelay) passes
+//     through without waiting; while such reads do, a background check
+//     every recheckEvery tells when the cache is proven in time again.
 //
-// Reads of a quiet resource (see RouteQuiet) pass through without waiting;
-// while they do, a background check every recheckEvery tells when the
-// cache is proven in time again. At most MaxUpstreamReads reads are passed
-// through at a time (with the reads Config.Read answers): the others wait
-// for a free slot or the cache's proof, whichever comes first, so that a
-// burst of late proofs cannot flood kube-apiserver.
-func (r *Reader) Route(ctx context.Context, get bool) (_ context.Context, atCache bool, done func()) {
+// At most MaxUpstreamReads reads are passed through at a time (with the
+// reads Config.Read answers): the others wait for a free slot or the
+// cache's proof, whichever comes first, so that a burst of late proofs
+// cannot flood kube-apiserver.
+func (r *Reader) Route(ctx context.Context, shape Shape) (_ context.Context, atCache bool, done func()) {
 	nop := func() {}
 	if r.cfg.Fallback <= 0 {
 		// Always waits (the configuration asks for it): the cache answers.
@@ -89,14 +153,15 @@ func (r *Reader) Route(ctx context.Context, get bool) (_ context.Context, atCach
 	}
 	route := RouteGet
 	var want uint64
+	bound := r.bound(shape)
 	switch {
-	case get:
-	case r.route.late.Load() >= lateInARow:
+	case shape == ShapeGet:
+	case r.route.late.Load() >= lateInARow && bound < proofDelay:
 		r.recheck()
 		route = RouteQuiet
 	default:
 		var ok bool
-		if want, ok = r.prove(ctx); ok {
+		if want, ok = r.prove(ctx, bound); ok {
 			r.route.late.Store(0)
 			r.routed(RouteCache)
 			return withProven(ctx, want), true, nop
@@ -107,11 +172,19 @@ func (r *Reader) Route(ctx context.Context, get bool) (_ context.Context, atCach
 		r.route.late.Add(1)
 		route = RouteLate
 	}
-	release := func() { <-r.slots }
+	// release frees the slot once kube-apiserver has answered, and keeps
+	// how long it took for the bound of later reads of the shape.
+	release := func() func() {
+		start := r.cfg.Clock.Now()
+		return func() {
+			r.tookUpstream(shape, r.cfg.Clock.Since(start))
+			<-r.slots
+		}
+	}
 	select {
 	case r.slots <- struct{}{}:
 		r.routed(route)
-		return ctx, false, release
+		return ctx, false, release()
 	default:
 	}
 	// Every slot is taken: wait for one, or for the cache.
@@ -127,16 +200,16 @@ func (r *Reader) Route(ctx context.Context, get bool) (_ context.Context, atCach
 		return ctx, true, nop // the cache answers the error (a timeout)
 	case slot:
 		r.routed(route)
-		return ctx, false, release
+		return ctx, false, release()
 	}
 	r.routed(RouteCache)
 	return withProven(ctx, want), true, nop
 }
 
 // prove reads kube-apiserver's current resourceVersion (shared with the
-// reads arriving together) and waits up to Fallback for the cache to reach
-// it, asking the feed for a progress proof.
-func (r *Reader) prove(ctx context.Context) (uint64, bool) {
+// reads arriving together) and waits up to bound for the cache to reach it,
+// asking the feed for a progress proof.
+func (r *Reader) prove(ctx context.Context, bound time.Duration) (uint64, bool) {
 	want, err := r.cache.UpstreamResourceVersion(ctx)
 	if err != nil {
 		return 0, false
@@ -144,7 +217,7 @@ func (r *Reader) prove(ctx context.Context) (uint64, bool) {
 	if r.cache.ResourceVersion() >= want {
 		return want, true
 	}
-	bctx, cancel := context.WithTimeout(ctx, r.cfg.Fallback)
+	bctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	if _, err := r.cache.WaitUntil(bctx, want, true, nil); err != nil {
 		return 0, false

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"k8s.io/component-base/metrics/testutil"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 	"github.com/index-apiserver/index-apiserver/pkg/metrics"
@@ -25,7 +26,7 @@ func TestRoute(t *testing.T) {
 	t.Run("GetPassesThroughAtOnce", func(t *testing.T) {
 		c := newCache(t, 50, nil, 5*time.Second)
 		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: time.Hour})
-		_, atCache, done := r.Route(context.Background(), true)
+		_, atCache, done := r.Route(context.Background(), ShapeGet)
 		done()
 		if atCache {
 			t.Fatal("a consistent GET was kept for the cache; kube-apiserver answers it with one read")
@@ -38,7 +39,7 @@ func TestRoute(t *testing.T) {
 		c := newCache(t, 10, nil, 5*time.Second,
 			mkPod("ns", "a1", "u1", 3, map[string]string{"app": "a"}, "n1", ""))
 		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: time.Hour})
-		ctx, atCache, done := r.Route(context.Background(), false)
+		ctx, atCache, done := r.Route(context.Background(), ShapeSelective)
 		defer done()
 		if !atCache {
 			t.Fatal("a fresh cache's LIST was passed through")
@@ -58,7 +59,7 @@ func TestRoute(t *testing.T) {
 		c := newCache(t, 50, nil, 5*time.Second) // at 10, upstream at 50: only a probe could prove it
 		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: 20 * time.Millisecond, MaxUpstreamReads: 4})
 		for i := range lateInARow {
-			ctx, atCache, done := r.Route(context.Background(), false)
+			ctx, atCache, done := r.Route(context.Background(), ShapeSelective)
 			done()
 			if atCache {
 				t.Fatalf("read %d: kept for a cache that cannot be proven fresh", i)
@@ -74,7 +75,7 @@ func TestRoute(t *testing.T) {
 		// proof: a read whose context has already ended still gets a slot.
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		_, atCache, done := r.Route(ctx, false)
+		_, atCache, done := r.Route(ctx, ShapeSelective)
 		done()
 		if atCache || routeCount(t, RouteQuiet) != 1 {
 			t.Fatalf("quiet read: at cache %v, quiet reads %v", atCache, routeCount(t, RouteQuiet))
@@ -91,7 +92,7 @@ func TestRoute(t *testing.T) {
 			r.recheck()
 			time.Sleep(10 * time.Millisecond)
 		}
-		_, atCache, done = r.Route(context.Background(), false)
+		_, atCache, done = r.Route(context.Background(), ShapeSelective)
 		done()
 		if !atCache {
 			t.Fatal("a proven cache's read was passed through")
@@ -100,7 +101,7 @@ func TestRoute(t *testing.T) {
 	t.Run("PassThroughsAreCapped", func(t *testing.T) {
 		c := newCache(t, 50, nil, 5*time.Second)
 		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: 10 * time.Millisecond, MaxUpstreamReads: 1})
-		_, atCache, done1 := r.Route(context.Background(), false)
+		_, atCache, done1 := r.Route(context.Background(), ShapeSelective)
 		if atCache {
 			t.Fatal("first late read kept for the cache")
 		}
@@ -112,7 +113,7 @@ func TestRoute(t *testing.T) {
 		}
 		got := make(chan routed, 1)
 		go func() {
-			ctx, atCache, done := r.Route(context.Background(), false)
+			ctx, atCache, done := r.Route(context.Background(), ShapeSelective)
 			got <- routed{ctx, atCache, done}
 		}()
 		select {
@@ -141,10 +142,54 @@ func TestRoute(t *testing.T) {
 	t.Run("NoFallbackAlwaysWaits", func(t *testing.T) {
 		c := newCache(t, 50, nil, 5*time.Second)
 		r := New(c, Config{GroupResource: indexing.Resource(t.Name())})
-		if _, atCache, done := r.Route(context.Background(), true); !atCache {
+		if _, atCache, done := r.Route(context.Background(), ShapeGet); !atCache {
 			t.Fatal("with no fallback configured a GET was passed through")
 		} else {
 			done()
+		}
+	})
+	t.Run("BoundFollowsKubeAPIServersLatency", func(t *testing.T) {
+		clk := testingclock.NewFakeClock(time.Now())
+		c := newCache(t, 50, nil, 5*time.Second) // at 10, upstream at 50: only a probe could prove it
+		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: 10 * time.Millisecond, MaxUpstreamReads: 4, Clock: clk})
+		// Two late whole LISTs, passed through; kube-apiserver took 3 s
+		// for each (it encodes every object).
+		for range lateInARow {
+			_, atCache, done := r.Route(context.Background(), ShapeWhole)
+			if atCache {
+				t.Fatal("a late whole LIST was kept for the cache")
+			}
+			clk.Step(3 * time.Second)
+			done()
+		}
+		if b := r.bound(ShapeWhole); b != 3*time.Second {
+			t.Fatalf("bound of whole LISTs %v, want the 3 s kube-apiserver took", b)
+		}
+		if b := r.bound(ShapeSelective); b != 10*time.Millisecond {
+			t.Fatalf("bound of selective LISTs %v, want the fallback (none measured)", b)
+		}
+		// The resource is quiet now: a selective LIST, which kube-apiserver
+		// answers sooner than the proof comes, passes through at once...
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, atCache, done := r.Route(ctx, ShapeSelective); atCache {
+			t.Fatal("a quiet resource's selective LIST waited for the proof")
+		} else {
+			done()
+		}
+		// ...but a whole LIST waits for the proof, which comes sooner than
+		// kube-apiserver's answer would.
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			c.Ingest().UpdateResourceVersion("50")
+		}()
+		ctx, atCache, done := r.Route(context.Background(), ShapeWhole)
+		done()
+		if !atCache {
+			t.Fatal("a whole LIST that kube-apiserver takes 3 s for did not wait for the proof")
+		}
+		if want, ok := provenFrom(ctx); !ok || want != 50 {
+			t.Fatalf("proof %d %v, want 50", want, ok)
 		}
 	})
 }

@@ -30,6 +30,7 @@ import (
 	"k8s.io/apiserver/pkg/warning"
 	"k8s.io/klog/v2"
 
+	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/readonly"
 )
@@ -82,7 +83,7 @@ type Handler struct {
 // (consistentread.Reader.Route): from the cache, with the context to serve
 // it with, or (false) passed through to kube-apiserver.
 type Router interface {
-	Route(ctx context.Context, get bool) (_ context.Context, atCache bool, done func())
+	Route(ctx context.Context, shape consistentread.Shape) (_ context.Context, atCache bool, done func())
 }
 
 // NewHandler serves res from cache (a consistentread.Reader or the cache).
@@ -231,15 +232,15 @@ func (r *Registry) handler(info *request.RequestInfo) *Handler {
 	return h
 }
 
-// Route decides where a consistent read (get: a GET, else a LIST's first
-// page) of a resource served here is answered (Router); true when the
-// resource's cache has no say.
-func (r *Registry) Route(ctx context.Context, info *request.RequestInfo, get bool) (_ context.Context, atCache bool, done func()) {
+// Route decides where a consistent read (a GET, or a LIST's first page) of
+// a resource served here is answered (Router); true when the resource's
+// cache has no say.
+func (r *Registry) Route(ctx context.Context, info *request.RequestInfo, shape consistentread.Shape) (_ context.Context, atCache bool, done func()) {
 	h := r.handler(info)
 	if h == nil || h.router == nil {
 		return ctx, true, func() {}
 	}
-	return h.router.Route(ctx, get)
+	return h.router.Route(ctx, shape)
 }
 
 // ServeHTTP serves a request Serves accepted.
