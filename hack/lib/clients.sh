@@ -15,6 +15,11 @@
 #                                (cmd/kueue) unmodified, built from the Go module proxy into
 #                                _output/bin; prints its path, then the module's source directory in
 #                                the Go module cache (its CRDs: config/components/crd/bases)
+#   clients.sh prometheus-operator  github.com/prometheus-operator/prometheus-operator at
+#                                PROMETHEUS_OPERATOR_VERSION (v0.85.0), its operator (cmd/operator)
+#                                unmodified, built from the Go module proxy into _output/bin; prints
+#                                its path, then the module's source directory in the Go module cache
+#                                (its CRDs: example/prometheus-operator-crd)
 #   clients.sh python            hack/lib/python-client.sh: the official `kubernetes` client from
 #                                PyPI (test/clients/python/requirements.txt) in a venv under
 #                                _output/python; prints its python
@@ -71,6 +76,20 @@ kueue() {
     sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
 }
 
+# prometheus_operator builds prometheus-operator's operator with hack/lib/go-tool.sh (the version
+# is the cache key) and prints its path and the module's directory, as kueue does. Its version
+# stamp is the one its own Makefile sets (github.com/prometheus/common/version, the VERSION file's
+# number without the v).
+prometheus_operator() {
+  local version=${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}
+  local module=github.com/prometheus-operator/prometheus-operator
+  build_go_tool prometheus-operator "$module" "$version" "$module/cmd/operator" \
+    -ldflags "-X github.com/prometheus/common/version.Version=${version#v}"
+  echo "$OUT/bin/prometheus-operator"
+  (cd "$OUT/build/prometheus-operator" 2>/dev/null || cd "$ROOT"; GOFLAGS=-mod=mod go mod download -json "$module@$version") |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   case "${1:-}" in
   fabric8) maven_module fabric8 fabric8.version "$2" ;;
@@ -78,9 +97,10 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   spark) maven_module spark spark.version "${SPARK_VERSION:-4.1.1}" ;;
   kube-state-metrics) kube_state_metrics ;;
   kueue) kueue ;;
+  prometheus-operator) prometheus_operator ;;
   python) exec "$ROOT/hack/lib/python-client.sh" ;;
   *)
-    echo "usage: $0 fabric8 VERSION | client-java | spark | kube-state-metrics | kueue | python" >&2
+    echo "usage: $0 fabric8 VERSION | client-java | spark | kube-state-metrics | kueue | prometheus-operator | python" >&2
     exit 2
     ;;
   esac

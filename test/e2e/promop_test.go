@@ -1,0 +1,1066 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	configv1alpha1 "github.com/index-apiserver/index-apiserver/pkg/apis/config/v1alpha1"
+	"github.com/index-apiserver/index-apiserver/test/localstack"
+)
+
+// A second real controller no one here wrote (issue 36): prometheus-operator
+// v0.85.0 (github.com/prometheus-operator/prometheus-operator/cmd/operator,
+// built unmodified from the Go module proxy by hack/lib/clients.sh
+// prometheus-operator) reconciles the same Prometheus, ServiceMonitors and
+// PrometheusRules once against kube-apiserver (the oracle) and once through
+// the cluster proxy prefix at each entry point, with IndexPolicies caching
+// everything it reads: its ten CRDs, secrets, configmaps, statefulsets,
+// namespaces and services. What it writes must be the same; its reads of
+// cached resources must be served from the caches, or, for a consistent
+// read the cache could not prove fresh in time, routed to kube-apiserver as
+// the caller at once (consistentread.Reader.Route), never passed through as
+// uncached. Its reconcile times (its own histogram) are logged against
+// kube-apiserver's; they are not asserted (no timed assertions in tests).
+
+// promopGroup is prometheus-operator's API group.
+const promopGroup = "monitoring.coreos.com"
+
+// promopCRDs are the resources of its CRDs (example/prometheus-operator-crd).
+var promopCRDs = []string{
+	"prometheuses", "servicemonitors", "podmonitors", "probes", "prometheusrules", "scrapeconfigs",
+	"alertmanagers", "alertmanagerconfigs", "thanosrulers", "prometheusagents",
+}
+
+// promopBuiltIns are the built-in resources it reads, by group.
+var promopBuiltIns = map[string][]string{"": {"secrets", "configmaps", "namespaces", "services"}, "apps": {"statefulsets"}}
+
+// promopCached are the IndexPolicies the test writes: every resource
+// prometheus-operator reads, indexed on the labels it selects by.
+func promopCached() []configv1alpha1.IndexPolicySpec {
+	specs := []configv1alpha1.IndexPolicySpec{
+		{Resource: "secrets"},
+		{Resource: "configmaps", Labels: []string{"prometheus-name"}},
+		{Resource: "namespaces"},
+		{Resource: "services"},
+		{Resource: "statefulsets.apps", Labels: []string{"operator.prometheus.io/name"}},
+	}
+	for _, r := range promopCRDs {
+		specs = append(specs, configv1alpha1.IndexPolicySpec{Resource: r + "." + promopGroup})
+	}
+	return specs
+}
+
+var (
+	promopPrometheuses    = schema.GroupVersionResource{Group: promopGroup, Version: "v1", Resource: "prometheuses"}
+	promopServiceMonitors = schema.GroupVersionResource{Group: promopGroup, Version: "v1", Resource: "servicemonitors"}
+	promopRules           = schema.GroupVersionResource{Group: promopGroup, Version: "v1", Resource: "prometheusrules"}
+)
+
+// installPromopCRDs creates the CRDs of the module's source
+// (example/prometheus-operator-crd, what its bundle.yaml installs) and
+// waits until each is established and listed by discovery.
+func installPromopCRDs(t *testing.T, ctx context.Context, dir string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) != len(promopCRDs) {
+		t.Fatalf("%d CRDs in %s, want %d: %v", len(files), dir, len(promopCRDs), err)
+	}
+	c, err := apiextensionsclient.NewForConfig(adminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(b, crd); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if _, err := c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("creating %s: %v", crd.Name, err)
+		}
+		names = append(names, crd.Name)
+	}
+	t.Cleanup(func() {
+		// Finalizers (the operator's status-cleanup one, if it set it)
+		// would keep the objects, and so the CRDs.
+		ctx := context.Background()
+		dyn, err := dynamic.NewForConfig(adminConfig)
+		if err != nil {
+			return
+		}
+		for _, gvr := range []schema.GroupVersionResource{promopPrometheuses, promopServiceMonitors, promopRules} {
+			l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			for _, o := range l.Items {
+				if len(o.GetFinalizers()) > 0 {
+					_, _ = dyn.Resource(gvr).Namespace(o.GetNamespace()).Patch(ctx, o.GetName(), types.MergePatchType,
+						[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+				}
+			}
+		}
+		for _, name := range names {
+			_ = c.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, name, metav1.DeleteOptions{})
+		}
+	})
+	for _, name := range names {
+		eventually(t, time.Minute, func() error {
+			crd, err := c.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, cond := range crd.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s not established yet", name)
+		})
+	}
+	// kube-apiserver's discovery lists a CRD a moment after it is
+	// Established; a policy written before then is not Ready until
+	// index-apiserver's next periodic sync (see TestKueue).
+	admin := newClients(t, adminConfig)
+	eventually(t, time.Minute, func() error {
+		served := map[string]bool{}
+		for _, gv := range []string{promopGroup + "/v1", promopGroup + "/v1alpha1"} {
+			l, err := admin.kube.Discovery().ServerResourcesForGroupVersion(gv)
+			if err != nil {
+				return err
+			}
+			for _, r := range l.APIResources {
+				served[r.Name] = true
+			}
+		}
+		for _, r := range promopCRDs {
+			if !served[r] {
+				return fmt.Errorf("discovery does not list %s.%s yet", r, promopGroup)
+			}
+		}
+		return nil
+	})
+}
+
+// promopRun is one run of the scenario: its own namespace and its own
+// operator, whose --namespaces is that namespace.
+type promopRun struct {
+	name       string // "oracle", "aggregator" or "direct"
+	kubeconfig string
+	ns         string
+	admin      *clients
+	dyn        dynamic.Interface
+	web        int
+	cmd        *exec.Cmd
+	exited     chan error
+	logPath    string
+}
+
+func newPromopRun(t *testing.T, admin *clients, name, kubeconfig string) *promopRun {
+	dyn, err := dynamic.NewForConfig(adminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &promopRun{name: name, kubeconfig: kubeconfig, ns: "promop-" + name, admin: admin, dyn: dyn}
+}
+
+func (r *promopRun) apply(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, manifest string) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {
+		t.Fatalf("%v\n%s", err, manifest)
+	}
+	u.SetNamespace(r.ns)
+	if _, err := r.dyn.Resource(gvr).Namespace(r.ns).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating %s %s: %v", gvr.Resource, u.GetName(), err)
+	}
+}
+
+func (r *promopRun) patch(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, name, patch string) {
+	t.Helper()
+	if _, err := r.dyn.Resource(gvr).Namespace(r.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patching %s %s: %v", gvr.Resource, name, err)
+	}
+}
+
+func promopServiceMonitor(name, app string, extra string) string {
+	return fmt.Sprintf(`
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata: {name: %s, labels: {team: a}}
+spec:
+  selector: {matchLabels: {app: %s}}
+  endpoints:
+  - port: web
+    interval: 30s%s
+`, name, app, extra)
+}
+
+func promopRule(name, alert, expr string) string {
+	return fmt.Sprintf(`
+apiVersion: monitoring.coreos.com/v1
+kind: PrometheusRule
+metadata: {name: %s, labels: {team: a}}
+spec:
+  groups:
+  - name: %s
+    rules:
+    - alert: %s
+      expr: %s
+      for: 5m
+      labels: {severity: warning}
+      annotations: {summary: "%s fired"}
+`, name, name, alert, expr, alert)
+}
+
+// setup creates the run's namespace and what the operator starts with: a
+// Secret of basic-auth credentials, a Prometheus of one replica selecting
+// every ServiceMonitor and PrometheusRule of its namespace, three
+// ServiceMonitors (one scraping with the Secret's credentials) and two
+// PrometheusRules.
+func (r *promopRun) setup(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if _, err := r.admin.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.admin.kube.CoreV1().Secrets(r.ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+		StringData: map[string]string{"user": "scraper", "password": "s3cret"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.apply(t, ctx, promopPrometheuses, `
+apiVersion: monitoring.coreos.com/v1
+kind: Prometheus
+metadata: {name: k8s}
+spec:
+  replicas: 1
+  serviceAccountName: prometheus
+  serviceMonitorSelector: {}
+  ruleSelector: {}
+  resources: {requests: {memory: 400Mi}}
+`)
+	r.apply(t, ctx, promopServiceMonitors, promopServiceMonitor("sm1", "one", ""))
+	r.apply(t, ctx, promopServiceMonitors, promopServiceMonitor("sm2", "two", ""))
+	r.apply(t, ctx, promopServiceMonitors, promopServiceMonitor("sm3", "three", `
+    basicAuth:
+      username: {name: creds, key: user}
+      password: {name: creds, key: password}`))
+	r.apply(t, ctx, promopRules, promopRule("r1", "TargetDown", "up == 0"))
+	r.apply(t, ctx, promopRules, promopRule("r2", "TooManyScrapes", "scrape_samples_scraped > 1000"))
+}
+
+// start runs the operator out of cluster with KUBECONFIG at the run's
+// entry (it has no --kubeconfig flag), scoped to the run's namespace, no
+// kubelet controller (--kubelet-service is empty by default), debug logs,
+// and its web server (metrics) on a free loopback port.
+func (r *promopRun) start(t *testing.T, bin string) {
+	t.Helper()
+	var err error
+	if r.web, err = localstack.FreePort(); err != nil {
+		t.Fatal(err)
+	}
+	r.logPath = filepath.Join(stackDir, "logs", "prometheus-operator-"+r.name+".log")
+	logFile, err := os.Create(r.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cmd = exec.Command(bin,
+		"--namespaces="+r.ns,
+		"--log-level=debug",
+		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", r.web),
+	)
+	r.cmd.Env = append(os.Environ(), "KUBECONFIG="+r.kubeconfig)
+	r.cmd.Stdout, r.cmd.Stderr = logFile, logFile
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.exited = make(chan error, 1)
+	go func() { r.exited <- r.cmd.Wait(); logFile.Close() }()
+	t.Cleanup(func() {
+		r.stop()
+		if t.Failed() {
+			t.Logf("log of prometheus-operator (%s): %s", r.name, r.logPath)
+		}
+	})
+	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", r.web)
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-r.exited:
+			return false, fmt.Errorf("prometheus-operator exited: %v", err)
+		default:
+		}
+		res, err := http.Get(healthz)
+		if err != nil {
+			return false, nil
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("prometheus-operator (%s) did not start: %v\n%s", r.name, err, tailFile(r.logPath, 40))
+	}
+}
+
+// stop ends the operator (SIGTERM, then SIGKILL after 30s); idempotent.
+func (r *promopRun) stop() {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.exited:
+	case <-time.After(30 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+	}
+	r.cmd = nil
+}
+
+// metrics reads the operator's own /metrics: every sample by its series as
+// written.
+func (r *promopRun) metrics() (map[string]float64, error) {
+	res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", r.web))
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		var v float64
+		if _, err := fmt.Sscan(line[i+1:], &v); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// promopReconciles are the Prometheus controller's reconciles as the
+// operator's histogram prometheus_operator_reconcile_duration_seconds
+// (pkg/operator/resource_reconciler.go, one observation per Sync, labelled
+// controller="prometheus" by pkg/prometheus/server) counts them.
+type promopReconciles struct {
+	count  float64
+	sum    float64
+	errors float64
+}
+
+func (p promopReconciles) mean() time.Duration {
+	if p.count == 0 {
+		return 0
+	}
+	return time.Duration(p.sum / p.count * float64(time.Second))
+}
+
+func (r *promopRun) reconciles() (promopReconciles, error) {
+	m, err := r.metrics()
+	if err != nil {
+		return promopReconciles{}, err
+	}
+	const sel = `{controller="prometheus"}`
+	return promopReconciles{
+		count:  m["prometheus_operator_reconcile_duration_seconds_count"+sel],
+		sum:    m["prometheus_operator_reconcile_duration_seconds_sum"+sel],
+		errors: m["prometheus_operator_reconcile_errors_total"+sel],
+	}, nil
+}
+
+// clientLatency is the operator's client-go request latency
+// (prometheus_operator_kubernetes_client_http_request_duration_seconds,
+// by the request's path: registered by k8sutil.MustRegisterClientGoMetrics)
+// by resource, for requests of one object (GETs and writes) and of a
+// collection (LISTs; a watch counts until its response starts): mean and
+// count.
+func (r *promopRun) clientLatency() string {
+	m, err := r.metrics()
+	if err != nil {
+		return err.Error()
+	}
+	sums, counts := map[string]float64{}, map[string]float64{}
+	const name = "prometheus_operator_kubernetes_client_http_request_duration_seconds"
+	for series, v := range m {
+		metric, labels, ok := strings.Cut(series, "{")
+		if !ok || (metric != name+"_sum" && metric != name+"_count") {
+			continue
+		}
+		key := "other"
+		for _, l := range labelRE.FindAllStringSubmatch(labels, -1) {
+			if l[1] != "endpoint" {
+				continue
+			}
+			if rd, ok := parsePromopRead(l[2]); ok {
+				key = rd.resource + " collection"
+				if rd.verb == "get" {
+					key = rd.resource + " object"
+				}
+			}
+		}
+		if metric == name+"_sum" {
+			sums[key] += v
+		} else {
+			counts[key] += v
+		}
+	}
+	keys := make([]string, 0, len(counts))
+	for k, n := range counts {
+		if n > 0 {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %v×%.0f", k, time.Duration(sums[k]/counts[k]*float64(time.Second)).Round(100*time.Microsecond), counts[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// promopSnapshot is what the operator wrote in a run's namespace,
+// normalised: the namespace replaced by RUN, the PrometheusRules' uids
+// (part of the rule files' names) by UID, uids, resourceVersions, times,
+// generations and managedFields dropped, the StatefulSet's input hash (it
+// hashes the Prometheus object, namespace included) dropped, Secret data as
+// text (gzipped keys inflated).
+type promopSnapshot map[string]any
+
+var promopDroppedKeys = map[string]bool{
+	"uid": true, "resourceVersion": true, "creationTimestamp": true, "lastTransitionTime": true,
+	"managedFields": true, "generation": true, "prometheus-operator-input-hash": true,
+}
+
+func (r *promopRun) snapshot(ctx context.Context) (promopSnapshot, error) {
+	kube := r.admin.kube
+	s := promopSnapshot{}
+	var replacer *strings.Replacer
+	{
+		rules, err := r.dyn.Resource(promopRules).Namespace(r.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		pairs := []string{r.ns, "RUN"}
+		for _, o := range rules.Items {
+			pairs = append(pairs, string(o.GetUID()), "UID")
+		}
+		replacer = strings.NewReplacer(pairs...)
+	}
+	add := func(key string, obj any) error {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		var u any
+		if err := json.Unmarshal(b, &u); err != nil {
+			return err
+		}
+		s[key] = promopNormalize(replacer, u)
+		return nil
+	}
+	sts, err := kube.AppsV1().StatefulSets(r.ns).Get(ctx, "prometheus-k8s", metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if err := add("StatefulSet/prometheus-k8s", map[string]any{
+		"labels": sts.Labels, "annotations": sts.Annotations, "ownerReferences": sts.OwnerReferences, "spec": sts.Spec,
+	}); err != nil {
+		return nil, err
+	}
+	svc, err := kube.CoreV1().Services(r.ns).Get(ctx, "prometheus-operated", metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if err := add("Service/prometheus-operated", map[string]any{"labels": svc.Labels, "ownerReferences": svc.OwnerReferences, "spec": svc.Spec}); err != nil {
+		return nil, err
+	}
+	secrets, err := kube.CoreV1().Secrets(r.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, sec := range secrets.Items {
+		if sec.Name == "creds" {
+			continue
+		}
+		data := map[string]string{}
+		for k, v := range sec.Data {
+			if strings.HasSuffix(k, ".gz") {
+				zr, err := gzip.NewReader(bytes.NewReader(v))
+				if err != nil {
+					return nil, fmt.Errorf("secret %s key %s: %w", sec.Name, k, err)
+				}
+				if v, err = io.ReadAll(zr); err != nil {
+					return nil, fmt.Errorf("secret %s key %s: %w", sec.Name, k, err)
+				}
+			}
+			data[replacer.Replace(k)] = string(v)
+		}
+		if err := add("Secret/"+sec.Name, map[string]any{
+			"labels": sec.Labels, "annotations": sec.Annotations, "ownerReferences": sec.OwnerReferences, "type": sec.Type, "data": data,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	cms, err := kube.CoreV1().ConfigMaps(r.ns).List(ctx, metav1.ListOptions{LabelSelector: "prometheus-name=k8s"})
+	if err != nil {
+		return nil, err
+	}
+	for _, cm := range cms.Items {
+		if err := add("ConfigMap/"+cm.Name, map[string]any{
+			"labels": cm.Labels, "annotations": cm.Annotations, "ownerReferences": cm.OwnerReferences, "data": cm.Data,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	p, err := r.dyn.Resource(promopPrometheuses).Namespace(r.ns).Get(ctx, "k8s", metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	s["Prometheus/k8s"] = promopNormalize(replacer, map[string]any{"finalizers": p.GetFinalizers(), "status": p.Object["status"]})
+	s["Prometheus/k8s generation"] = fmt.Sprint(p.GetGeneration())
+	return s, nil
+}
+
+func promopNormalize(rep *strings.Replacer, v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			if !promopDroppedKeys[k] {
+				out[rep.Replace(k)] = promopNormalize(rep, x)
+			}
+		}
+		return out
+	case map[string]string:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			if !promopDroppedKeys[k] {
+				out[rep.Replace(k)] = rep.Replace(x)
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = promopNormalize(rep, x)
+		}
+		return out
+	case string:
+		return rep.Replace(v)
+	}
+	return v
+}
+
+// config is the run's generated Prometheus configuration and rule files
+// in s (normalised).
+func (s promopSnapshot) config() string {
+	sec, _ := s["Secret/prometheus-k8s"].(map[string]any)
+	data, _ := sec["data"].(map[string]any)
+	c, _ := data["prometheus.yaml.gz"].(string)
+	return c
+}
+
+func (s promopSnapshot) rules() string {
+	cm, _ := s["ConfigMap/prometheus-k8s-rulefiles-0"].(map[string]any)
+	data, _ := cm["data"].(map[string]any)
+	var b strings.Builder
+	for k, v := range data {
+		fmt.Fprintf(&b, "%s:\n%v\n", k, v)
+	}
+	return b.String()
+}
+
+// reconciled tells whether the Prometheus status says the operator
+// reconciled its current generation.
+func (s promopSnapshot) reconciled() error {
+	p, _ := s["Prometheus/k8s"].(map[string]any)
+	st, _ := p["status"].(map[string]any)
+	conds, _ := st["conditions"].([]any)
+	for _, c := range conds {
+		c, _ := c.(map[string]any)
+		if c["type"] == "Reconciled" {
+			if c["status"] != "True" || fmt.Sprint(c["observedGeneration"]) != s["Prometheus/k8s generation"] {
+				return fmt.Errorf("Reconciled condition %v, generation %v", c, s["Prometheus/k8s generation"])
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("no Reconciled condition in the Prometheus status: %v", st)
+}
+
+// settle polls the run's objects until ok accepts a snapshot that then
+// stays the same for stable, and returns it.
+func (r *promopRun) settle(t *testing.T, ctx context.Context, what string, stable time.Duration, ok func(promopSnapshot) error) promopSnapshot {
+	t.Helper()
+	var last promopSnapshot
+	var since time.Time
+	var why error
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-r.exited:
+			return false, fmt.Errorf("prometheus-operator exited: %v", err)
+		default:
+		}
+		s, err := r.snapshot(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				why = err
+			}
+			return false, nil
+		}
+		if why = ok(s); why != nil {
+			last = nil
+			return false, nil
+		}
+		if last == nil || !reflect.DeepEqual(s, last) {
+			last, since = s, time.Now()
+			why = errors.New("not stable yet")
+			return stable == 0, nil
+		}
+		return time.Since(since) >= stable, nil
+	})
+	if err != nil {
+		s, _ := r.snapshot(ctx)
+		b, _ := json.MarshalIndent(s, "", "  ")
+		t.Fatalf("%s (%s): %v: %v\nlast snapshot: %s\nprometheus-operator's log:\n%s", what, r.name, err, why, b, tailFile(r.logPath, 30))
+	}
+	return last
+}
+
+// contains returns a check that the generated configuration (config) or
+// the rule files (rules) hold, or (want false) lack, each of subs.
+func promopHas(part string, want bool, subs ...string) func(promopSnapshot) error {
+	return func(s promopSnapshot) error {
+		text := s.config()
+		if part == "rules" {
+			text = s.rules()
+		}
+		for _, sub := range subs {
+			if strings.Contains(text, sub) != want {
+				return fmt.Errorf("%s: %q present %v, want %v", part, sub, !want, want)
+			}
+		}
+		return nil
+	}
+}
+
+// promopDiff describes how s differs from the oracle's snapshot.
+func promopDiff(s, oracle promopSnapshot) string {
+	if reflect.DeepEqual(s, oracle) {
+		return ""
+	}
+	var b strings.Builder
+	keys := map[string]bool{}
+	for k := range s {
+		keys[k] = true
+	}
+	for k := range oracle {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		if !reflect.DeepEqual(s[k], oracle[k]) {
+			got, _ := json.MarshalIndent(s[k], "", " ")
+			want, _ := json.MarshalIndent(oracle[k], "", " ")
+			fmt.Fprintf(&b, "%s through the prefix:\n%s\nat kube-apiserver:\n%s\n", k, got, want)
+		}
+	}
+	return b.String()
+}
+
+// scenario runs the operator on the run's objects and changes them five
+// times, each change a reconcile whose outcome it waits for: a
+// ServiceMonitor's interval, a rule's expression, a ServiceMonitor
+// deleted, a rule added, the Prometheus' retention. It returns the final
+// snapshot, stable for 3 s, and the Prometheus controller's reconciles.
+func (r *promopRun) scenario(t *testing.T, ctx context.Context, bin string) (promopSnapshot, promopReconciles) {
+	t.Helper()
+	r.setup(t, ctx)
+	start := time.Now()
+	r.start(t, bin)
+	ns := "RUN"
+	r.settle(t, ctx, "first reconcile", 0, func(s promopSnapshot) error {
+		if err := promopHas("config", true, "serviceMonitor/"+ns+"/sm1/0", "serviceMonitor/"+ns+"/sm2/0", "serviceMonitor/"+ns+"/sm3/0", "password: s3cret")(s); err != nil {
+			return err
+		}
+		if err := promopHas("rules", true, "TargetDown", "TooManyScrapes")(s); err != nil {
+			return err
+		}
+		return s.reconciled()
+	})
+	t.Logf("%s: prometheus-operator started and reconciled in %v", r.name, time.Since(start).Round(100*time.Millisecond))
+	steps := []struct {
+		what       string
+		change     func()
+		done       func(promopSnapshot) error
+		superseded bool // by a later step
+	}{
+		{"sm1 every 15s", func() {
+			r.patch(t, ctx, promopServiceMonitors, "sm1", `{"spec":{"endpoints":[{"port":"web","interval":"15s"}]}}`)
+		}, promopHas("config", true, "scrape_interval: 15s"), true},
+		{"r1's expression", func() {
+			r.patch(t, ctx, promopRules, "r1", `{"spec":{"groups":[{"name":"r1","rules":[{"alert":"TargetDown","expr":"up < 1","for":"10m"}]}]}}`)
+		}, promopHas("rules", true, "up < 1"), false},
+		{"sm2 deleted", func() {
+			if err := r.dyn.Resource(promopServiceMonitors).Namespace(r.ns).Delete(ctx, "sm2", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, promopHas("config", false, "serviceMonitor/"+ns+"/sm2/0"), false},
+		{"r3 added", func() {
+			r.apply(t, ctx, promopRules, promopRule("r3", "Absent", "absent(up)"))
+		}, promopHas("rules", true, "absent(up)"), false},
+		{"sm1 every 20s", func() {
+			r.patch(t, ctx, promopServiceMonitors, "sm1", `{"spec":{"endpoints":[{"port":"web","interval":"20s"}]}}`)
+		}, promopHas("config", true, "scrape_interval: 20s"), false},
+		{"retention 2d", func() {
+			r.patch(t, ctx, promopPrometheuses, "k8s", `{"spec":{"retention":"2d"}}`)
+		}, func(s promopSnapshot) error {
+			b, _ := json.Marshal(s["StatefulSet/prometheus-k8s"])
+			if !strings.Contains(string(b), "--storage.tsdb.retention.time=2d") {
+				return errors.New("the StatefulSet has no retention of 2d yet")
+			}
+			return s.reconciled()
+		}, false},
+	}
+	for _, step := range steps {
+		step.change()
+		r.settle(t, ctx, step.what, 0, step.done)
+	}
+	final := r.settle(t, ctx, "final state", 3*time.Second, func(s promopSnapshot) error {
+		for _, step := range steps {
+			if step.superseded {
+				continue
+			}
+			if err := step.done(s); err != nil {
+				return err
+			}
+		}
+		return s.reconciled()
+	})
+	rec, err := r.reconciles()
+	if err != nil {
+		t.Fatalf("scraping prometheus-operator (%s): %v", r.name, err)
+	}
+	t.Logf("%s: Prometheus reconciles %.0f (errors %.0f), mean %v; client-go requests (mean×count): %s",
+		r.name, rec.count, rec.errors, rec.mean().Round(100*time.Microsecond), r.clientLatency())
+	r.stop()
+	return final, rec
+}
+
+// promopAudit is what TestPrometheusOperator reads of kube-apiserver's
+// audit log.
+type promopAudit struct {
+	Stage            string                     `json:"stage"`
+	RequestURI       string                     `json:"requestURI"`
+	Verb             string                     `json:"verb"`
+	UserAgent        string                     `json:"userAgent"`
+	User             struct{ Username string }  `json:"user"`
+	ImpersonatedUser *struct{ Username string } `json:"impersonatedUser"`
+}
+
+// promopRead is a request URI (under the prefix or not) parsed as a read:
+// its group-resource, namespace, verb (get, list, watch, watchlist) and
+// query.
+type promopRead struct {
+	resource, namespace, verb string
+	query                     url.Values
+}
+
+func parsePromopRead(uri string) (promopRead, bool) {
+	u, err := url.Parse(strings.TrimPrefix(uri, localstack.ClusterProxyPrefix))
+	if err != nil {
+		return promopRead{}, false
+	}
+	var group string
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		group, parts = parts[1], parts[3:]
+	default:
+		return promopRead{}, false
+	}
+	rd := promopRead{query: u.Query()}
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		rd.namespace, parts = parts[1], parts[2:]
+	}
+	var name string
+	switch len(parts) {
+	case 1:
+	case 2:
+		name = parts[1]
+	default:
+		return promopRead{}, false // a subresource
+	}
+	if parts[0] == "namespaces" && name != "" {
+		rd.namespace = name
+	}
+	rd.resource = parts[0]
+	if group != "" {
+		rd.resource += "." + group
+	}
+	watch := rd.query.Get("watch") == "true" || rd.query.Get("watch") == "1"
+	switch {
+	case name != "":
+		rd.verb = "get"
+	case watch && rd.query.Get("sendInitialEvents") == "true":
+		rd.verb = "watchlist"
+	case watch:
+		rd.verb = "watch"
+	default:
+		rd.verb = "list"
+	}
+	return rd, true
+}
+
+// routed tells whether a read is one index-apiserver routes to
+// kube-apiserver when its cache cannot prove itself fresh in time: a GET
+// or a LIST's first page without a resourceVersion.
+func (rd promopRead) routed() bool {
+	return (rd.verb == "get" || rd.verb == "list") && rd.query.Get("resourceVersion") == "" && rd.query.Get("continue") == ""
+}
+
+// promopAuditReads reads kube-apiserver's audit log: the operator's reads
+// (its user agent) of the resources in cached, per run namespace (cluster
+// scoped reads under ""), each counted as "resource verb", for the events
+// keep accepts.
+func promopAuditReads(t *testing.T, cached map[string]bool, keep func(promopAudit, promopRead) bool) map[string]map[string]int {
+	t.Helper()
+	f, err := os.Open(stack.AuditLogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev promopAudit
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || !strings.HasPrefix(ev.UserAgent, "PrometheusOperator/") {
+			continue
+		}
+		rd, ok := parsePromopRead(ev.RequestURI)
+		if !ok || !cached[rd.resource] {
+			continue
+		}
+		// A watch is logged when it starts, the rest when complete.
+		watch := rd.verb == "watch" || rd.verb == "watchlist"
+		if (watch && ev.Stage != "ResponseStarted") || (!watch && ev.Stage != "ResponseComplete") || !keep(ev, rd) {
+			continue
+		}
+		ns := rd.namespace
+		if rd.resource == "namespaces" {
+			ns = ""
+		}
+		if out[ns] == nil {
+			out[ns] = map[string]int{}
+		}
+		out[ns][rd.resource+" "+rd.verb]++
+	}
+	return out
+}
+
+// promopProxyMetrics sums, at index-apiserver, the cluster proxy's requests
+// by outcome and the consistent reads' routes.
+func promopProxyMetrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for series, v := range scrape(t) {
+		name, labels, _ := strings.Cut(series, "{")
+		var key string
+		for _, m := range labelRE.FindAllStringSubmatch(labels, -1) {
+			if (name == "index_apiserver_cluster_proxy_requests_total" && m[1] == "outcome") ||
+				(name == "index_apiserver_consistent_read_routes_total" && m[1] == "route") {
+				key = strings.TrimPrefix(name, "index_apiserver_") + " " + m[2]
+			}
+		}
+		if key != "" {
+			out[key] += v
+		}
+	}
+	return out
+}
+
+func promopDelta(after, before map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// TestPrometheusOperator: prometheus-operator v0.85.0, built unmodified,
+// writes the same StatefulSet, Service, Secrets (configuration, TLS
+// assets, web configuration), rule ConfigMaps and Prometheus status
+// whether it reads kube-apiserver (the oracle run) or the cluster proxy
+// prefix at either entry point, through six changes each a reconcile; and
+// through the prefix its reads of the cached resources are served from the
+// caches (its informers' lists and watches all of them) or, a consistent
+// GET or LIST the cache cannot prove fresh in time, routed to kube-apiserver
+// as the operator at once, none passed through as uncached. The mean time
+// of its Prometheus reconciles in each run is logged (issue 36's number:
+// at most 1.2× kube-apiserver's), not asserted.
+func TestPrometheusOperator(t *testing.T) {
+	out := strings.Split(buildClient(t, "prometheus-operator"), "\n")
+	if len(out) != 2 {
+		t.Fatalf("hack/lib/clients.sh prometheus-operator printed %q, want the binary and the module's directory", out)
+	}
+	bin, modDir := out[0], out[1]
+	ctx := context.Background()
+	admin := newClients(t, adminConfig)
+	installPromopCRDs(t, ctx, filepath.Join(modDir, "example", "prometheus-operator-crd"))
+	const grant = "e2e-index-apiserver-reads-promop"
+	if err := stack.GrantReads(ctx, grant, promopGroup, promopCRDs...); err != nil {
+		t.Fatal(err)
+	}
+	for group, resources := range promopBuiltIns {
+		if err := stack.GrantReads(ctx, grant, group, resources...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Other tests expect the server not to read secrets.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = admin.kube.RbacV1().ClusterRoleBindings().Delete(ctx, grant, metav1.DeleteOptions{})
+		_ = admin.kube.RbacV1().ClusterRoles().Delete(ctx, grant, metav1.DeleteOptions{})
+	})
+	cached := map[string]bool{"pods": true} // core pods are always cached
+	for _, spec := range promopCached() {
+		cached[spec.Resource] = true
+		name := "promop-" + strings.ReplaceAll(strings.TrimSuffix(spec.Resource, "."+promopGroup), ".", "-")
+		if _, err := createPolicy(t, ctx, admin, name, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, spec := range promopCached() {
+		waitPolicy(t, ctx, admin, "promop-"+strings.ReplaceAll(strings.TrimSuffix(spec.Resource, "."+promopGroup), ".", "-"),
+			metav1.ConditionTrue, metav1.ConditionTrue)
+	}
+
+	// One run after the other, each operator scoped to its own namespace.
+	oracle, oracleRec := newPromopRun(t, admin, "oracle", stack.AdminKubeconfig()).scenario(t, ctx, bin)
+	compared := make([]string, 0, len(oracle))
+	for k := range oracle {
+		compared = append(compared, k)
+	}
+	sort.Strings(compared)
+	t.Logf("compared with each run through the prefix: %s", strings.Join(compared, ", "))
+	means := map[string]time.Duration{"oracle": oracleRec.mean()}
+	for _, e := range []struct{ name, kubeconfig string }{
+		{"aggregator", stack.IndexedKubeconfig()},
+		{"direct", stack.DirectKubeconfig()},
+	} {
+		t.Run(e.name, func(t *testing.T) {
+			before := promopProxyMetrics(t)
+			final, rec := newPromopRun(t, admin, e.name, e.kubeconfig).scenario(t, ctx, bin)
+			means[e.name] = rec.mean()
+			delta := promopDelta(promopProxyMetrics(t), before)
+			t.Logf("index-apiserver while the operator ran: %v", delta)
+			if d := promopDiff(final, oracle); d != "" {
+				t.Errorf("what prometheus-operator wrote through the prefix differs from what it wrote at kube-apiserver:\n%s", d)
+			}
+			if delta["cluster_proxy_requests_total cache"] < float64(len(promopCached())) {
+				t.Errorf("%v requests under the prefix served from the caches, want at least %d (a list and watch of each cached resource)",
+					delta["cluster_proxy_requests_total cache"], len(promopCached()))
+			}
+			routes := delta["consistent_read_routes_total get"] + delta["consistent_read_routes_total late"] +
+				delta["consistent_read_routes_total quiet"] + delta["consistent_read_routes_total cache"]
+			if routes == 0 {
+				t.Errorf("no consistent read of a cached resource was routed: %v", delta)
+			}
+			if rec.errors != 0 {
+				t.Errorf("%v of the operator's Prometheus reconciles failed through the prefix (none at kube-apiserver: %v)", rec.errors, oracleRec.errors)
+			}
+		})
+	}
+	ratio := func(run string) string {
+		if means["oracle"] == 0 {
+			return "?"
+		}
+		return fmt.Sprintf("%.2f×", float64(means[run])/float64(means["oracle"]))
+	}
+	t.Logf("prometheus-operator's mean Prometheus reconcile: kube-apiserver %v; through the aggregator %v (%s); direct %v (%s)",
+		means["oracle"].Round(100*time.Microsecond), means["aggregator"].Round(100*time.Microsecond), ratio("aggregator"),
+		means["direct"].Round(100*time.Microsecond), ratio("direct"))
+
+	// kube-apiserver's audit log: the operator's reads of the cached
+	// resources directly in the oracle run, under the prefix through the
+	// aggregator, and what index-apiserver passed through as the operator
+	// (both entry points): only routed consistent reads.
+	direct := promopAuditReads(t, cached, func(ev promopAudit, _ promopRead) bool {
+		return ev.ImpersonatedUser == nil && !strings.HasPrefix(ev.RequestURI, localstack.ClusterProxyPrefix)
+	})
+	viaPrefix := promopAuditReads(t, cached, func(ev promopAudit, _ promopRead) bool {
+		return strings.HasPrefix(ev.RequestURI, localstack.ClusterProxyPrefix+"/")
+	})
+	routed := promopAuditReads(t, cached, func(ev promopAudit, rd promopRead) bool {
+		return ev.ImpersonatedUser != nil && ev.User.Username == localstack.IndexAPIServerUser && rd.routed()
+	})
+	uncached := promopAuditReads(t, cached, func(ev promopAudit, rd promopRead) bool {
+		return ev.ImpersonatedUser != nil && !rd.routed()
+	})
+	t.Logf("the operator's reads of cached resources: at kube-apiserver (oracle) %v; under the prefix through the aggregator %v; routed by index-apiserver to kube-apiserver as the operator (consistent GETs, late LISTs) %v",
+		direct[""], viaPrefix[""], routed)
+	for ns, reads := range direct {
+		if ns != "" && ns != "promop-oracle" {
+			t.Errorf("reads of the operator in namespace %s reached kube-apiserver directly, not through the prefix: %v", ns, reads)
+		}
+	}
+	for ns, reads := range uncached {
+		t.Errorf("reads of cached resources passed through to kube-apiserver as uncached (namespace %q): %v", ns, reads)
+	}
+	for _, res := range []string{"prometheuses." + promopGroup, "servicemonitors." + promopGroup, "prometheusrules." + promopGroup, "secrets", "configmaps", "statefulsets.apps"} {
+		if direct["promop-oracle"][res+" list"]+direct["promop-oracle"][res+" watchlist"] == 0 {
+			t.Errorf("the oracle run's operator read no %s from kube-apiserver (audit log: %v)", res, direct["promop-oracle"])
+		}
+		got := viaPrefix["promop-aggregator"]
+		if got[res+" list"]+got[res+" watchlist"] == 0 || got[res+" watch"]+got[res+" watchlist"] == 0 {
+			t.Errorf("the operator's reads of %s under the prefix: %v; want its informer's list and watch", res, got)
+		}
+	}
+}
