@@ -399,6 +399,7 @@ func TestSwitchesMatchKustomize(t *testing.T) {
 // how a kustomize user writes the same.
 const settingsValues = `
 replicas: 3
+goawayChance: 0.002
 image:
   repository: registry.example.com/platform/index-apiserver
   tag: v1.2.3
@@ -437,6 +438,9 @@ patches:
   - target: {kind: Deployment, name: index-apiserver}
     patch: |-
       - op: replace
+        path: /spec/template/spec/containers/0/args/4
+        value: --goaway-chance=0.002
+      - op: replace
         path: /spec/template/spec/containers/0/env/1
         value: {name: GOMEMLIMIT, value: 900MiB}
       - op: replace
@@ -473,7 +477,7 @@ patches:
         value: Y2EK
 `
 
-// TestSettingsMatchKustomize: replicas, image, GOMEMLIMIT, resources, node
+// TestSettingsMatchKustomize: replicas, --goaway-chance, image, GOMEMLIMIT, resources, node
 // selection, tolerations, affinity, the PDB and an existing Secret land where
 // a kustomize user patches them.
 func TestSettingsMatchKustomize(t *testing.T) {
