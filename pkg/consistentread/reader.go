@@ -109,6 +109,9 @@ func New(cache *indexcache.Cache, cfg Config) *Reader {
 		reads:    metrics.UpstreamReads.WithLabelValues(cfg.GroupResource.String()),
 		slots:    make(chan struct{}, max(cfg.MaxUpstreamReads, 1)),
 	}
+	// A cache starts quiet: its consistent reads under the cluster proxy
+	// pass through until background checks prove it fresh in time (Route).
+	r.route.late.Store(lateInARow)
 	for _, f := range cfg.UpstreamFields {
 		r.upstream[f] = true
 	}

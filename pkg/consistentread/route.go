@@ -55,8 +55,15 @@ const lateInARow = 2
 
 // recheckEvery is how often, while a resource is quiet and read, one
 // background check (a revision read and a wait of Fallback) tells whether
-// it is proven fresh in time again.
-const recheckEvery = 500 * time.Millisecond
+// it is proven fresh in time again; freshInARow checks in a row must find
+// it so before its reads wait for the proof again, and then one late proof
+// makes it quiet again. So a resource that is busy only now and then (a
+// controller's own writes) sends few reads to wait out the bound for
+// nothing, and a busy one is back on the cache within about a second.
+const (
+	recheckEvery = 500 * time.Millisecond
+	freshInARow  = 2
+)
 
 // proofDelay is how long a quiet resource's proof takes: the progress
 // probe's bookmark, which kube-apiserver sends about a second after the
@@ -76,6 +83,7 @@ type route struct {
 	checkMu   sync.Mutex
 	checking  bool
 	lastCheck time.Time
+	fresh     int // background checks in a row that found the cache fresh in time
 
 	// upstream is how long kube-apiserver took to answer the reads of
 	// each shape passed through to it (a moving average; 0: none yet).
@@ -255,9 +263,17 @@ func (r *Reader) recheck() {
 		}
 		wctx, wcancel := context.WithTimeout(ctx, r.cfg.Fallback)
 		defer wcancel()
-		if _, err := r.cache.WaitUntil(wctx, want, false, nil); err == nil {
+		_, err = r.cache.WaitUntil(wctx, want, false, nil)
+		r.route.checkMu.Lock()
+		defer r.route.checkMu.Unlock()
+		if err != nil {
+			r.route.fresh = 0
+			return
+		}
+		if r.route.fresh++; r.route.fresh >= freshInARow {
 			klog.V(4).InfoS("Consistent reads wait for the cache again: it was proven fresh in time", "resource", r.cfg.GroupResource)
-			r.route.late.Store(0)
+			r.route.fresh = 0
+			r.route.late.Store(lateInARow - 1)
 		}
 	}()
 }

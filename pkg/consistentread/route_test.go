@@ -58,6 +58,7 @@ func TestRoute(t *testing.T) {
 	t.Run("LateProofPassesThroughThenQuietReadsDoNotWait", func(t *testing.T) {
 		c := newCache(t, 50, nil, 5*time.Second) // at 10, upstream at 50: only a probe could prove it
 		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: 20 * time.Millisecond, MaxUpstreamReads: 4})
+		r.route.late.Store(0) // as once background checks have found it fresh in time
 		for i := range lateInARow {
 			ctx, atCache, done := r.Route(context.Background(), ShapeSelective)
 			done()
@@ -81,11 +82,12 @@ func TestRoute(t *testing.T) {
 			t.Fatalf("quiet read: at cache %v, quiet reads %v", atCache, routeCount(t, RouteQuiet))
 		}
 		// The resource gets busy: the cache reaches upstream's
-		// resourceVersion with its own events; the background check
-		// (started by a quiet read) sends reads to the cache again.
+		// resourceVersion with its own events; background checks (started
+		// by quiet reads), freshInARow in a row, send reads to the cache
+		// again.
 		c.Ingest().UpdateResourceVersion("50")
 		deadline := time.Now().Add(10 * time.Second)
-		for r.route.late.Load() != 0 {
+		for r.route.late.Load() >= lateInARow {
 			if time.Now().After(deadline) {
 				t.Fatal("the background check never found the cache fresh again")
 			}
@@ -137,6 +139,33 @@ func TestRoute(t *testing.T) {
 			<-r.slots
 		default:
 			t.Fatal("done did not free the slot")
+		}
+	})
+	t.Run("StartsQuiet", func(t *testing.T) {
+		c := newCache(t, 10, nil, 5*time.Second,
+			mkPod("ns", "a1", "u1", 3, map[string]string{"app": "a"}, "n1", ""))
+		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: 20 * time.Millisecond})
+		// Nothing is known of the resource yet: the first read passes
+		// through without waiting for a proof, and starts a check.
+		_, atCache, done := r.Route(context.Background(), ShapeSelective)
+		done()
+		if atCache || routeCount(t, RouteQuiet) != 1 {
+			t.Fatalf("first read: at cache %v, quiet reads %v", atCache, routeCount(t, RouteQuiet))
+		}
+		// The cache is fresh: freshInARow checks later its reads are the
+		// cache's.
+		deadline := time.Now().Add(10 * time.Second)
+		for r.route.late.Load() >= lateInARow {
+			if time.Now().After(deadline) {
+				t.Fatal("background checks never found the fresh cache fresh")
+			}
+			r.recheck()
+			time.Sleep(10 * time.Millisecond)
+		}
+		ctx, atCache, done := r.Route(context.Background(), ShapeSelective)
+		done()
+		if _, ok := provenFrom(ctx); !atCache || !ok {
+			t.Fatal("a cache found fresh by its checks did not answer")
 		}
 	})
 	t.Run("NoFallbackAlwaysWaits", func(t *testing.T) {
