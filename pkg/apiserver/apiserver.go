@@ -20,6 +20,7 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing/v1alpha1"
 	"github.com/index-apiserver/index-apiserver/pkg/cachebudget"
+	"github.com/index-apiserver/index-apiserver/pkg/cachelifecycle"
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/passadvice"
@@ -112,7 +113,7 @@ type Server struct {
 	// dynamic runs their caches (nil without the cluster proxy or the
 	// policy controller); passed keeps the index advice of the resources
 	// read under the prefix without a cache.
-	dynamic *anyCaches
+	dynamic *cachelifecycle.Caches
 	passed  *passadvice.Recorder
 }
 
@@ -256,7 +257,7 @@ func (s *Server) adviceSources(mirrors map[string]*mirror) func() map[string]adv
 			out[name] = m.cache
 		}
 		if s.dynamic != nil {
-			for name, src := range s.dynamic.adviceSources() {
+			for name, src := range s.dynamic.AdviceSources() {
 				out[name] = src
 			}
 		}

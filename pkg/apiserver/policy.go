@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/index-apiserver/index-apiserver/pkg/cachelifecycle"
 	"github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned"
 	"github.com/index-apiserver/index-apiserver/pkg/policy"
 )
@@ -40,15 +41,19 @@ func (c CompletedConfig) installPolicyController(s *Server) error {
 		caches[name] = cache
 	}
 	cfg := policy.Config{Client: client, KubeClient: kube, Caches: caches, Options: opts}
-	var dynamic *anyCaches
+	var dynamic *cachelifecycle.Caches
 	if c.ExtraConfig.ClusterProxy {
 		// Caches of other resources are served only under the cluster proxy.
 		crds, err := apiextensionsclient.NewForConfig(cc)
 		if err != nil {
 			return fmt.Errorf("CustomResourceDefinition client: %w", err)
 		}
-		dynamic = newAnyCaches(c.ExtraConfig.KubeClient, c.ExtraConfig.ReadClient, crds, c.ExtraConfig.Cache, c.ExtraConfig.Budget,
-			time.Duration(c.GenericConfig.MinRequestTimeout)*time.Second, s.anyResources)
+		dynamic = cachelifecycle.New(cachelifecycle.Config{
+			Kube: c.ExtraConfig.KubeClient, Read: c.ExtraConfig.ReadClient, CRDs: crds,
+			Tuning: c.ExtraConfig.Cache.lifecycleTuning(), Budget: c.ExtraConfig.Budget,
+			MinRequestTimeout: time.Duration(c.GenericConfig.MinRequestTimeout) * time.Second,
+			Registry:          s.anyResources,
+		})
 		cfg.Dynamic = dynamic
 		s.dynamic = dynamic
 	}
@@ -57,7 +62,7 @@ func (c CompletedConfig) installPolicyController(s *Server) error {
 		return err
 	}
 	if dynamic != nil {
-		dynamic.onChange = ctrl.Resync
+		dynamic.SetOnChange(ctrl.Resync)
 	}
 	return s.GenericAPIServer.AddPostStartHook("start-index-policy-controller", func(hctx genericapiserver.PostStartHookContext) error {
 		go ctrl.Run(hctx)
@@ -66,4 +71,18 @@ func (c CompletedConfig) installPolicyController(s *Server) error {
 		}
 		return nil
 	})
+}
+
+// lifecycleTuning is the part of the cache flags the caches policies start take.
+func (cc CacheConfig) lifecycleTuning() cachelifecycle.Tuning {
+	return cachelifecycle.Tuning{
+		FreshnessTimeout:       cc.FreshnessTimeout,
+		ConsistentReadFallback: cc.ConsistentReadFallback,
+		EventWindow:            cc.EventWindow,
+		SnapshotRetention:      cc.SnapshotRetention,
+		WatchBuffer:            cc.WatchBuffer,
+		SlowWatcherBudget:      cc.SlowWatcherBudget,
+		BookmarkInterval:       cc.BookmarkInterval,
+		RevisionReadInterval:   cc.RevisionReadInterval,
+	}
 }

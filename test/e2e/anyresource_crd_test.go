@@ -32,10 +32,10 @@ func cacheGoroutines(t *testing.T, ctx context.Context) (all, crdWatches int) {
 		t.Fatalf("goroutine profile: %d %s", code, body)
 	}
 	for _, g := range strings.Split(string(body), "\n\n") {
-		if strings.Contains(g, "(*anyCaches).watchCRD") {
+		if strings.Contains(g, "cachelifecycle.(*Caches).watchCRD") {
 			crdWatches++
 		}
-		for _, pkg := range []string{"/pkg/indexcache.", "/pkg/upstream.", "/pkg/consistentread.", "(*anyCaches)"} {
+		for _, pkg := range []string{"/pkg/indexcache.", "/pkg/upstream.", "/pkg/consistentread.", "/pkg/cachelifecycle."} {
 			if strings.Contains(g, pkg) {
 				all++
 				break

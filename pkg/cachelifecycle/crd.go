@@ -1,4 +1,4 @@
-package apiserver
+package cachelifecycle
 
 import (
 	"context"
@@ -128,7 +128,7 @@ func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 // the cache stops; when the way the resource is read changes (the version
 // kubectl reads, the scope, printer columns, selectable fields) the cache
 // stops and the next sync starts it again as the CRD now says.
-func (a *anyCaches) watchCRD(resource string, c *anyCache, stop <-chan struct{}) {
+func (a *Caches) watchCRD(resource string, c *anyCache, stop <-chan struct{}) {
 	name := c.res.GVR.GroupResource().String()
 	byName := fields.OneTermEqualSelector("metadata.name", name).String()
 	crds := a.crds.ApiextensionsV1().CustomResourceDefinitions()
@@ -186,7 +186,7 @@ func changeNote(was, now anyresource.Resource) string {
 // policies Ready=False with why; a changed one starts a new cache whose
 // policies say why it restarted. It does not wait in the caller, which may
 // be one of c's own goroutines.
-func (a *anyCaches) stopFor(resource string, c *anyCache, why string, gone bool) {
+func (a *Caches) stopFor(resource string, c *anyCache, why string, gone bool) {
 	a.mu.Lock()
 	if a.running[resource] != c {
 		a.mu.Unlock()

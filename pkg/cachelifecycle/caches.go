@@ -1,4 +1,10 @@
-package apiserver
+// Package cachelifecycle runs the caches of the resources IndexPolicies
+// name beyond pods and nodes: per resource, resolve (how kube-apiserver
+// serves it: discovery, or its CustomResourceDefinition), admit (may this
+// server read it, does it fit the budget), start, serve under the cluster
+// proxy once synced, and stop (its last policy gone, the budget, its
+// definition changed or gone). DESIGN.md §4d-4e.
+package cachelifecycle
 
 import (
 	"context"
@@ -27,15 +33,15 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/upstream"
 )
 
-// anyCaches runs the caches of the resources IndexPolicies name beyond pods
+// Caches runs the caches of the resources IndexPolicies name beyond pods
 // and nodes (policy.Caches): a resource is resolved through discovery to
 // the version kubectl would read, its cache starts with the first accepted
 // policy and stops with the last; once synced it is served under the
 // cluster proxy (anyresource.Registry).
-type anyCaches struct {
+type Caches struct {
 	kube, read kubernetes.Interface
 	crds       apiextensionsclient.Interface
-	tuning     CacheConfig
+	tuning     Tuning
 	minTimeout time.Duration
 	registry   *anyresource.Registry
 
@@ -78,13 +84,46 @@ type anyCache struct {
 	released chan struct{}
 }
 
-var _ policy.Caches = &anyCaches{}
+var _ policy.Caches = &Caches{}
 
-func newAnyCaches(kube, read kubernetes.Interface, crds apiextensionsclient.Interface, tuning CacheConfig, budget cachebudget.Budget, minTimeout time.Duration, registry *anyresource.Registry) *anyCaches {
-	a := &anyCaches{
-		kube: kube, read: read, crds: crds, tuning: tuning, minTimeout: minTimeout, registry: registry,
-		budget: budget, budgetInterval: defaultBudgetInterval, onChange: func() {},
-		mapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
+// Tuning is what the caches take from the server's cache flags; zero
+// values take the cache's defaults.
+type Tuning struct {
+	FreshnessTimeout       time.Duration
+	ConsistentReadFallback time.Duration
+	EventWindow            int
+	SnapshotRetention      time.Duration
+	WatchBuffer            int
+	SlowWatcherBudget      time.Duration
+	BookmarkInterval       time.Duration
+	RevisionReadInterval   time.Duration
+}
+
+// Config is what New needs.
+type Config struct {
+	// Kube lists and watches the cached resources and asks kube-apiserver
+	// whether they may be read and how large they are; Read serves the
+	// upstream reads that follow client requests (see upstream.NewFeed).
+	Kube, Read kubernetes.Interface
+	// CRDs reads the CustomResourceDefinitions of custom resources; nil:
+	// they are resolved through discovery alone.
+	CRDs   apiextensionsclient.Interface
+	Tuning Tuning
+	// Budget caps the caches (resources, bytes held).
+	Budget cachebudget.Budget
+	// MinRequestTimeout is the server's --min-request-timeout, for watches.
+	MinRequestTimeout time.Duration
+	// Registry is where a synced cache is served under the cluster proxy.
+	Registry *anyresource.Registry
+}
+
+// New returns the caches; Run enforces the budget, SetOnChange connects
+// them to the policy controller.
+func New(cfg Config) *Caches {
+	a := &Caches{
+		kube: cfg.Kube, read: cfg.Read, crds: cfg.CRDs, tuning: cfg.Tuning, minTimeout: cfg.MinRequestTimeout, registry: cfg.Registry,
+		budget: cfg.Budget, budgetInterval: defaultBudgetInterval, onChange: func() {},
+		mapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cfg.Kube.Discovery())),
 		running:    map[string]*anyCache{},
 		overBudget: map[string]bool{},
 		passed:     map[string]int64{},
@@ -96,10 +135,18 @@ func newAnyCaches(kube, read kubernetes.Interface, crds apiextensionsclient.Inte
 	return a
 }
 
+// SetOnChange sets what asks the policy controller to sync (its Resync):
+// called when a cache stopped or changed without a policy change.
+func (a *Caches) SetOnChange(f func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.onChange = f
+}
+
 // Ensure returns the cache of resource, starting it first. A cache whose
 // feed cannot list (403: the server may not read the resource) is kept
 // running, so that a grant made later takes effect, and reported.
-func (a *anyCaches) Ensure(ctx context.Context, resource string) (policy.IndexSetter, error) {
+func (a *Caches) Ensure(ctx context.Context, resource string) (policy.IndexSetter, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// A cache of the resource still stopping must be gone first: its
@@ -157,7 +204,7 @@ func feedError(res anyresource.Resource, err error) error {
 }
 
 // Retain stops the caches whose resources keep lacks, and waits for them.
-func (a *anyCaches) Retain(keep map[string]bool) {
+func (a *Caches) Retain(keep map[string]bool) {
 	a.mu.Lock()
 	var stopped []*anyCache
 	for name := range a.running {
@@ -187,7 +234,7 @@ func (a *anyCaches) Retain(keep map[string]bool) {
 
 // stopLocked takes the cache of resource out of service and cancels it;
 // waitStopped waits for it.
-func (a *anyCaches) stopLocked(resource string) *anyCache {
+func (a *Caches) stopLocked(resource string) *anyCache {
 	c := a.running[resource]
 	delete(a.running, resource)
 	a.registry.Remove(c.res.GVR)
@@ -198,7 +245,7 @@ func (a *anyCaches) stopLocked(resource string) *anyCache {
 
 // waitStopped waits for the goroutines of stopped caches, then deletes
 // their metric series: a stopped cache leaves nothing behind.
-func (a *anyCaches) waitStopped(stopped []*anyCache) {
+func (a *Caches) waitStopped(stopped []*anyCache) {
 	for _, c := range stopped {
 		<-c.done
 		metrics.DeleteResource(c.res.GVR.GroupResource().String())
@@ -215,7 +262,7 @@ func (a *anyCaches) waitStopped(stopped []*anyCache) {
 // resource, and how to serve it. A custom resource is read from its
 // CustomResourceDefinition (resourceFromCRD), which is current when
 // discovery may not be yet; other resources from discovery.
-func (a *anyCaches) resolve(ctx context.Context, resource string) (anyresource.Resource, error) {
+func (a *Caches) resolve(ctx context.Context, resource string) (anyresource.Resource, error) {
 	gr := schema.ParseGroupResource(resource)
 	if gr.Group != "" && a.crds != nil {
 		crd, err := a.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, gr.String(), metav1.GetOptions{})
@@ -263,7 +310,7 @@ func (a *anyCaches) resolve(ctx context.Context, resource string) (anyresource.R
 
 // start builds the cache, feed and reader of res and starts them; the
 // resource is served under the cluster proxy once the cache has synced.
-func (a *anyCaches) start(ctx context.Context, name string, res anyresource.Resource) (*anyCache, error) {
+func (a *Caches) start(ctx context.Context, name string, res anyresource.Resource) (*anyCache, error) {
 	feed := upstream.NewFeed(upstream.RawResource(res.GVR, res.Namespaced, nil), a.kube, a.read, a.tuning.RevisionReadInterval)
 	cfg := res.CacheConfig()
 	cfg.CurrentResourceVersion = feed.CurrentResourceVersion
@@ -320,8 +367,8 @@ func (a *anyCaches) start(ctx context.Context, name string, res anyresource.Reso
 	return c, nil
 }
 
-// adviceSources are the running caches' index advice, by resource.
-func (a *anyCaches) adviceSources() map[string]advice.Source {
+// AdviceSources are the running caches' index advice, by resource.
+func (a *Caches) AdviceSources() map[string]advice.Source {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make(map[string]advice.Source, len(a.running))

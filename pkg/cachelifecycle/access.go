@@ -1,4 +1,4 @@
-package apiserver
+package cachelifecycle
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // for a resource it may not read says so at once instead of after the
 // feed's first 403, and no cache is started for it. If the review itself
 // fails, the cache starts and its feed's answer decides.
-func (a *anyCaches) mayRead(ctx context.Context, res anyresource.Resource) error {
+func (a *Caches) mayRead(ctx context.Context, res anyresource.Resource) error {
 	var denied []string
 	for _, verb := range []string{"list", "watch"} {
 		r, err := a.kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{

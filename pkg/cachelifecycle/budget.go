@@ -1,4 +1,4 @@
-package apiserver
+package cachelifecycle
 
 import (
 	"context"
@@ -22,7 +22,7 @@ const defaultBudgetInterval = 2 * time.Second
 // bytes it would hold are estimated before anything is cached: its object
 // count (a LIST with limit=1: one object and remainingItemCount) times that
 // object's size. A refusal is remembered so that the metric counts it.
-func (a *anyCaches) admit(ctx context.Context, resource string, res anyresource.Resource) error {
+func (a *Caches) admit(ctx context.Context, resource string, res anyresource.Resource) error {
 	cand := cachebudget.Candidate{Resource: resource, Passed: a.passed[resource]}
 	if a.budget.MaxBytes > 0 && (a.budget.MaxResources <= 0 || len(a.running) < a.budget.MaxResources) {
 		objects, bytes, err := estimate(ctx, a.kube, res)
@@ -65,7 +65,7 @@ func estimate(ctx context.Context, kube kubernetes.Interface, res anyresource.Re
 }
 
 // usageLocked measures what each running cache holds now.
-func (a *anyCaches) usageLocked() []cachebudget.Usage {
+func (a *Caches) usageLocked() []cachebudget.Usage {
 	out := make([]cachebudget.Usage, 0, len(a.running))
 	for name, c := range a.running {
 		_, bytes := c.cache.Held()
@@ -79,7 +79,7 @@ func (a *anyCaches) usageLocked() []cachebudget.Usage {
 // stopping the newest caches while they hold more than it allows; their
 // policies then say so (Ready=False, OverBudget) and their reads pass
 // through to kube-apiserver.
-func (a *anyCaches) Run(ctx context.Context) {
+func (a *Caches) Run(ctx context.Context) {
 	t := time.NewTicker(a.budgetInterval)
 	defer t.Stop()
 	for {
@@ -92,7 +92,7 @@ func (a *anyCaches) Run(ctx context.Context) {
 	}
 }
 
-func (a *anyCaches) enforceBudget(ctx context.Context) {
+func (a *Caches) enforceBudget(ctx context.Context) {
 	a.mu.Lock()
 	usage := a.usageLocked()
 	for _, u := range usage {
@@ -121,7 +121,7 @@ func (a *anyCaches) enforceBudget(ctx context.Context) {
 }
 
 // publishBudgetLocked sets the budget's gauges.
-func (a *anyCaches) publishBudgetLocked() {
+func (a *Caches) publishBudgetLocked() {
 	metrics.Register()
 	metrics.CacheBudgetBytes.Set(float64(a.budget.MaxBytes))
 	metrics.CacheBudgetResources.Set(float64(a.budget.MaxResources))
