@@ -183,28 +183,85 @@ func changeNote(was, now anyresource.Resource) string {
 
 // stopFor stops the cache c of resource (if it still runs) for why, and
 // asks the policy controller to sync: a definition that is gone leaves its
-// policies Ready=False with why; a changed one starts a new cache whose
-// policies say why it restarted. It does not wait in the caller, which may
-// be one of c's own goroutines.
+// policies Ready=False with why (refused until its CRD changes or its
+// back-off passes); a changed one starts a new cache whose policies say why
+// it restarted. It does not wait in the caller, which may be one of c's
+// own goroutines.
 func (a *Caches) stopFor(resource string, c *anyCache, why string, gone bool) {
 	a.mu.Lock()
-	if a.running[resource] != c {
+	s := a.states[resource]
+	if s == nil || s.cache != c || !s.running() {
 		a.mu.Unlock()
 		return
 	}
-	a.stopLocked(resource)
 	if gone {
-		a.gone[resource] = why + "; its cache stopped"
+		s.gone = why + "; its cache stopped"
+		a.stopLocked(s, phaseRefused, fmt.Errorf("kube-apiserver serves no resource %q: %s", resource, s.gone))
 	} else {
-		a.notes[resource] = "restarted: " + why
+		s.note = "restarted: " + why
+		a.stopLocked(s, phasePending, nil)
 	}
-	a.mapper.Reset()
 	a.usageLocked()
 	a.publishBudgetLocked()
 	a.mu.Unlock()
+	// Discovery is read again at the next check (Reset waits for a
+	// discovery read under way: never with the lock held).
+	a.mapper.Reset()
 	klog.InfoS("Stopping the cache of a custom resource", "resource", resource, "reason", why, "gone", gone)
 	go func() {
 		a.waitStopped([]*anyCache{c})
-		a.onChange()
+		a.changed()
 	}()
+}
+
+// followCRDs watches the CustomResourceDefinitions (their names only)
+// until stop closes: when one that a refused resource names appears,
+// changes or goes, that resource is checked again at once instead of
+// after its back-off.
+func (a *Caches) followCRDs(stop <-chan struct{}) {
+	crds := a.crds.ApiextensionsV1().CustomResourceDefinitions()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return crds.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return crds.Watch(ctx, o)
+		},
+	}
+	seen := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
+		if !ok {
+			return
+		}
+		a.mu.Lock()
+		s := a.states[crd.Name]
+		kick := s != nil && s.phase == phaseRefused
+		if kick {
+			a.retryNowLocked(s)
+		}
+		a.mu.Unlock()
+		if kick {
+			a.changed()
+		}
+	}
+	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &apiextensionsv1.CustomResourceDefinition{},
+		// Names are all it needs: schemas can be large.
+		Transform: func(obj any) (any, error) {
+			if crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
+				return &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: crd.Name, ResourceVersion: crd.ResourceVersion}}, nil
+			}
+			return obj, nil
+		},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    seen,
+			UpdateFunc: func(_, obj any) { seen(obj) },
+			DeleteFunc: seen,
+		},
+	})
+	informer.Run(stop)
 }
