@@ -71,21 +71,26 @@ func waitForTimer(t *testing.T, clk *testingclock.FakeClock) {
 	}
 }
 
-func TestSlowWatcherIsClosedOthersContinue(t *testing.T) {
+// TestSlowWatcherIsPausedOthersContinue: a watcher that does not read is
+// paused when its buffer fills (the paused gauge shows it), never delays
+// the others, and once it reads gets every event, in order, from the event
+// window; it is not closed.
+func TestSlowWatcherIsPausedOthersContinue(t *testing.T) {
 	cfg := testConfig()
 	cfg.WatchBuffer = 2
-	cfg.SlowWatcherBudget = 10 * time.Millisecond
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Stop()
 	synced(t, c)
+	paused := metrics.WatchersPaused.WithLabelValues(c.resource)
 	closedBefore, _ := testutil.GetCounterMetricValue(metrics.SlowWatchersClosed.WithLabelValues(c.resource))
 	slow, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer slow.Stop()
 	fast, err := c.Watch(context.Background(), WatchOptions{ResourceVersion: "10"})
 	if err != nil {
 		t.Fatal(err)
@@ -100,28 +105,30 @@ func TestSlowWatcherIsClosedOthersContinue(t *testing.T) {
 			}
 		}
 	}()
+	var want []string
 	for i := 0; i < 20; i++ {
 		if err := c.Ingest().Add(mkPod("ns", "p"+strconv.Itoa(i), "u"+strconv.Itoa(i), uint64(11+i), nil, "", "")); err != nil {
 			t.Fatal(err)
 		}
+		want = append(want, fmt.Sprintf("ADDED ns/p%d@%d", i, 11+i))
 	}
-	// Once the fast watcher has every event, all were dispatched, and the
-	// slow watcher, which has not read, was closed: its stream is what it
-	// had buffered.
-	<-fastDone
-	n := 0
-	for range slow.ResultChan() {
-		n++
+	// Once the fast watcher has every event, all were dispatched: the slow
+	// one, which has not read, is paused.
+	select {
+	case <-fastDone:
+	case <-time.After(contractWait):
+		t.Fatalf("the fast watcher got %d of 20 events while the slow one did not read", got.Load())
 	}
-	if n >= 20 {
-		t.Fatalf("slow watcher got all %d events; expected it to be closed", n)
-	}
-	if got.Load() != 20 {
-		t.Fatalf("fast watcher got %d of 20 events", got.Load())
+	// (The fast one, descheduled, may have been paused a moment too.)
+	waitFor(t, "watchers_paused 1 while the slow watcher does not read", func() bool { v, _ := testutil.GetGaugeMetricValue(paused); return v == 1 })
+	evs, closed := readN(t, slow, 20)
+	if closed || fmt.Sprint(describeAll(evs)) != fmt.Sprint(want) {
+		t.Fatalf("the slow watcher, reading at last: %v (closed %v), want %v", describeAll(evs), closed, want)
 	}
 	fast.Stop()
-	if after, _ := testutil.GetCounterMetricValue(metrics.SlowWatchersClosed.WithLabelValues(c.resource)); after != closedBefore+1 {
-		t.Errorf("slow_watchers_closed_total went from %v to %v, want +1", closedBefore, after)
+	waitFor(t, "the paused gauge back to 0", func() bool { v, _ := testutil.GetGaugeMetricValue(paused); return v == 0 })
+	if after, _ := testutil.GetCounterMetricValue(metrics.SlowWatchersClosed.WithLabelValues(c.resource)); after != closedBefore {
+		t.Errorf("slow_watchers_closed_total went from %v to %v, want no close", closedBefore, after)
 	}
 }
 

@@ -19,13 +19,16 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	DefaultFreshnessTimeout  = 3 * time.Second        // kube-apiserver's blockTimeout
-	DefaultEventWindow       = 100000                 // kube-apiserver's upper bound (100*1024)
-	DefaultEventRetention    = 75 * time.Second       // kube-apiserver's eventFreshDuration
-	DefaultSnapshotRetention = 75 * time.Second       // kube-apiserver keeps list snapshots ~75s
-	DefaultWatchBuffer       = 100                    // kube-apiserver's per-watcher channel size
-	DefaultSlowWatcherBudget = 100 * time.Millisecond // kube-apiserver's time_budget maxBudget
-	DefaultBookmarkInterval  = time.Minute            // kube-apiserver's bookmarkFrequency
+	DefaultFreshnessTimeout  = 3 * time.Second  // kube-apiserver's blockTimeout
+	DefaultEventWindow       = 100000           // kube-apiserver's upper bound (100*1024)
+	DefaultEventRetention    = 75 * time.Second // kube-apiserver's eventFreshDuration
+	DefaultSnapshotRetention = 75 * time.Second // kube-apiserver keeps list snapshots ~75s
+	DefaultWatchBuffer       = 100              // kube-apiserver's per-watcher channel size
+	// DefaultSlowWatcherBudget: dispatch never waits on a full buffer, it
+	// pauses the watcher at once (KEP-6268; kube-apiserver without it waits
+	// up to its time_budget's 100ms, then closes the watcher).
+	DefaultSlowWatcherBudget = time.Duration(0)
+	DefaultBookmarkInterval  = time.Minute // kube-apiserver's bookmarkFrequency
 	// housekeepingInterval paces snapshot expiry and the index size metrics,
 	// independently of how rarely bookmarks go out.
 	housekeepingInterval = 10 * time.Second
@@ -42,9 +45,11 @@ const (
 //     and a watch's initial state or replay.
 //   - dispatch.Dispatcher (internal/dispatch): the watchers. One goroutine
 //     takes, in order, what the store committed and delivers each event to
-//     the watchers the routing indexes find. A slow watcher can hold it for
-//     at most the shared time budget; ingest only waits when the queue is
-//     full.
+//     the watchers the routing indexes find. It never waits on a slow
+//     watcher (beyond the slow-watcher budget, none by default): one whose
+//     buffer is full is paused and catches up from the event window on its
+//     own (dispatch's pause.go, resume.go); ingest only waits when the queue
+//     is full.
 //
 // Neither imports the other: what both hold (entries, events, predicates,
 // routes) is package internal/held, and the store hands each committed
@@ -66,6 +71,7 @@ const (
 //	Cache.setMu -> Store.ingestMu -> Store.mu -> {Store.snapshots, Store.cloneMu}
 //	Store.mu -> Dispatcher.mu
 //	Dispatcher.sendMu -> Dispatcher.mu
+//	{Store.mu, Dispatcher.sendMu} -> Watcher.pauseMu (held alone otherwise)
 //
 // Each lock belongs to one type:
 //
@@ -125,7 +131,7 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.WatchBuffer <= 0 {
 		cfg.WatchBuffer = DefaultWatchBuffer
 	}
-	if cfg.SlowWatcherBudget <= 0 {
+	if cfg.SlowWatcherBudget < 0 {
 		cfg.SlowWatcherBudget = DefaultSlowWatcherBudget
 	}
 	if cfg.BookmarkInterval <= 0 {
@@ -173,6 +179,7 @@ func New(cfg Config) (*Cache, error) {
 		EventRetention:    cfg.EventRetention,
 		SnapshotRetention: cfg.SnapshotRetention,
 	}, c.resource, alwaysIndexed, c.m, c.withRV, c.disp.HandOff)
+	c.disp.SetHistory(eventWindow{c})
 	c.disp.Start()
 	return c, nil
 }

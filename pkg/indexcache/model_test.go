@@ -102,13 +102,16 @@ type modelEvent struct {
 // model is the brute-force reference: upstream's history, every state by
 // resourceVersion, and what resourceVersion the cache has been told about.
 type model struct {
-	rng     *rand.Rand
-	rv      uint64 // upstream's current resourceVersion
-	cacheRV uint64 // the cache's: behind rv after a quiet progress
-	state   map[string]*indexing.Pod
-	states  map[uint64]map[string]*indexing.Pod
-	events  []modelEvent
-	uid     int
+	// slowReaders: every other watch's client reads slowly, so the cache
+	// pauses it and resumes it from the event window (pause.go).
+	slowReaders bool
+	rng         *rand.Rand
+	rv          uint64 // upstream's current resourceVersion
+	cacheRV     uint64 // the cache's: behind rv after a quiet progress
+	state       map[string]*indexing.Pod
+	states      map[uint64]map[string]*indexing.Pod
+	events      []modelEvent
+	uid         int
 	// tombs are deletions fed as tombstones, oldest first: the cache
 	// deletes each at the first resourceVersion no event has (settle).
 	tombs []string
@@ -377,11 +380,17 @@ func runModel(t *testing.T, seed int64, ops int) {
 	ctx := context.Background()
 	m := &model{rng: rand.New(rand.NewSource(seed)), rv: 100, state: map[string]*indexing.Pod{}, states: map[uint64]map[string]*indexing.Pod{}}
 	cfg := testConfig()
-	if seed%2 == 0 {
+	switch seed % 4 {
+	case 2:
 		// Small buffers: most initial states go through a forwarder, and
 		// the dispatcher waits for readers (a generous budget: nobody is
 		// slow here, only descheduled).
 		cfg.WatchBuffer, cfg.SlowWatcherBudget = 8, time.Minute
+	case 0:
+		// Small buffers and slow readers, no budget: watchers are paused
+		// and resumed from the event window all the time.
+		cfg.WatchBuffer, cfg.SlowWatcherBudget = 2, 0
+		m.slowReaders = true
 	}
 	var in IngestStore
 	cfg.CurrentResourceVersion = func(context.Context) (uint64, error) { return m.rv, nil }
@@ -826,9 +835,13 @@ func startWatch(ctx context.Context, t *testing.T, c *Cache, m *model) *recorded
 		}
 	}
 	rw.liveFrom = len(m.events)
+	slow := m.slowReaders && rw.seq%2 == 0
 	go func() {
 		for ev := range w.ResultChan() {
 			rw.got <- describeEvent(ev)
+			if slow {
+				time.Sleep(500 * time.Microsecond)
+			}
 		}
 		close(rw.got)
 	}()

@@ -90,7 +90,10 @@ type Config struct {
 	// WatchBuffer is the per-watcher event buffer.
 	WatchBuffer int
 	// SlowWatcherBudget is the shared time the dispatcher may block on full
-	// watcher buffers before it closes the slow watcher.
+	// watcher buffers (refilled at 1/20 of real time) before it pauses the
+	// slow watcher, which then catches up from the event window, and is
+	// closed (410) only if its place leaves the window. 0, the default:
+	// pause at once, so dispatch never waits on a watcher (KEP-6268).
 	SlowWatcherBudget time.Duration
 	// BookmarkInterval is how often watchers that allow bookmarks get one.
 	BookmarkInterval time.Duration

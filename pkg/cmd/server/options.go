@@ -314,9 +314,11 @@ func (c *CacheOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.SnapshotRetention, "snapshot-retention", c.SnapshotRetention,
 		"How long list snapshots are kept for continue tokens and resourceVersionMatch=Exact reads.")
 	fs.IntVar(&c.WatchBuffer, "watch-buffer", c.WatchBuffer,
-		"Events buffered per watcher before it counts as slow.")
+		"Events buffered per watcher; one whose buffer is full is paused and catches up from the event window (see --slow-watcher-budget).")
 	fs.DurationVar(&c.SlowWatcherBudget, "slow-watcher-budget", c.SlowWatcherBudget,
-		"How long event dispatch may wait on full watcher buffers in total before the slow watcher is closed.")
+		"How long event dispatch may wait on full watcher buffers in total (refilled at 1/20 of real time) before it pauses the slow watcher. "+
+			"A paused watcher catches up from the event window as its client reads, and is closed with 410 Expired only if its place leaves the window. "+
+			"0 (the default) pauses at once: dispatch never waits on a watcher (KEP-6268).")
 	fs.DurationVar(&c.BookmarkInterval, "bookmark-interval", c.BookmarkInterval,
 		"How often watchers that allow bookmarks receive one.")
 	fs.Float32Var(&c.UpstreamQPS, "upstream-qps", c.UpstreamQPS, "QPS of list, watch and progress-probe requests to kube-apiserver (the current-revision reads of consistent reads are shared, see --consistent-read-revision-interval, and not limited here).")
@@ -367,12 +369,14 @@ func (o *Options) Validate() error {
 	}{
 		{"--freshness-timeout", o.Cache.FreshnessTimeout},
 		{"--snapshot-retention", o.Cache.SnapshotRetention},
-		{"--slow-watcher-budget", o.Cache.SlowWatcherBudget},
 		{"--bookmark-interval", o.Cache.BookmarkInterval},
 	} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive", d.name))
 		}
+	}
+	if o.Cache.SlowWatcherBudget < 0 {
+		errs = append(errs, fmt.Errorf("--slow-watcher-budget must not be negative"))
 	}
 	return joinErrors(errs)
 }

@@ -68,6 +68,19 @@ func TestWindowCapacity(t *testing.T) {
 	if _, ok := w.SinceSeq(49); ok {
 		t.Error("SinceSeq(49) ok: event 50 was dropped")
 	}
+	// At most n of them, the oldest: how a paused watcher catches up.
+	if got, ok := w.SinceSeqN(60, 5); !ok || !slices.Equal(seqs(got), span(61, 65)) {
+		t.Errorf("SinceSeqN(60, 5) = %v, %v; want 61..65", seqs(got), ok)
+	}
+	if got, ok := w.SinceSeqN(197, 5); !ok || !slices.Equal(seqs(got), span(198, 200)) {
+		t.Errorf("SinceSeqN(197, 5) = %v, %v; want 198..200", seqs(got), ok)
+	}
+	if got, ok := w.SinceSeqN(200, 5); !ok || len(got) != 0 {
+		t.Errorf("SinceSeqN(200, 5) = %v, %v; want none, ok", seqs(got), ok)
+	}
+	if _, ok := w.SinceSeqN(49, 5); ok {
+		t.Error("SinceSeqN(49, 5) ok: event 50 was dropped")
+	}
 	w.Reset(5000)
 	if w.Len() != 0 || w.StartRV() != 5000 {
 		t.Errorf("after Reset: len %d, startRV %d", w.Len(), w.StartRV())

@@ -142,15 +142,28 @@ func (w *Window[E]) Since(rv uint64) ([]E, bool) {
 // SinceSeq returns the events committed after the one numbered seq; ok is
 // false when some of them were already dropped.
 func (w *Window[E]) SinceSeq(seq uint64) ([]E, bool) {
+	return w.SinceSeqN(seq, 0)
+}
+
+// SinceSeqN is SinceSeq that returns at most the n oldest of those events
+// (all of them for n <= 0).
+func (w *Window[E]) SinceSeqN(seq uint64, n int) ([]E, bool) {
 	if w.size > 0 && w.At(0).Seq() > seq+1 {
 		return nil, false
 	}
-	return w.from(sort.Search(w.size, func(i int) bool { return w.At(i).Seq() > seq })), true
+	i := sort.Search(w.size, func(i int) bool { return w.At(i).Seq() > seq })
+	end := w.size
+	if n > 0 && i+n < end {
+		end = i + n
+	}
+	return w.slice(i, end), true
 }
 
-func (w *Window[E]) from(i int) []E {
-	out := make([]E, 0, w.size-i)
-	for ; i < w.size; i++ {
+func (w *Window[E]) from(i int) []E { return w.slice(i, w.size) }
+
+func (w *Window[E]) slice(i, end int) []E {
+	out := make([]E, 0, end-i)
+	for ; i < end; i++ {
 		out = append(out, w.At(i))
 	}
 	return out

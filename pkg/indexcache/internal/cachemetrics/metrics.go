@@ -14,6 +14,7 @@ import (
 // dispatch path must not hash label values per event.
 type Metrics struct {
 	Objects, RV, RVLag, Shards       compbasemetrics.GaugeMetric
+	Paused                           compbasemetrics.GaugeMetric
 	Candidates                       compbasemetrics.ObserverMetric
 	Filtered, Dispatched, SlowClosed compbasemetrics.CounterMetric
 	Relists                          compbasemetrics.CounterMetric
@@ -31,6 +32,7 @@ func NewMetrics(resource string) *Metrics {
 		RV:            metrics.CacheResourceVersion.WithLabelValues(resource),
 		RVLag:         metrics.ResourceVersionLag.WithLabelValues(resource),
 		Shards:        metrics.WatchShards.WithLabelValues(resource),
+		Paused:        metrics.WatchersPaused.WithLabelValues(resource),
 		Candidates:    metrics.DispatchCandidates.WithLabelValues(resource),
 		Filtered:      metrics.FilteredEvents.WithLabelValues(resource),
 		Dispatched:    metrics.EventsDispatched.WithLabelValues(resource),

@@ -87,13 +87,18 @@ func (d *Dispatcher) requestBookmarkFor(w *Watcher) {
 // sends the one before a deadline: the client then knows it has everything
 // up to rv. Never below what w was sent.
 func (d *Dispatcher) sendBookmarkTo(w *Watcher, rv uint64) {
+	if w.allowBookmarks && w.isPaused() {
+		// It has not had every event up to rv: it gets one when it rejoins.
+		w.bookmarkOwed.Store(true)
+		return
+	}
 	if w.allowBookmarks && w.SentRV.Load() <= rv {
 		d.deliverBookmark([]*Watcher{w}, rv)
 	}
 }
 
 // deliverBookmark sends one bookmark at rv to ws, skipping those whose
-// buffer is full.
+// buffer is full (and paused ones: not in the router, or checked before).
 func (d *Dispatcher) deliverBookmark(ws []*Watcher, rv uint64) {
 	// One object for all: encoded once per encoder like any event.
 	bm := BookmarkEvent(d.newFunc(), rv, false)

@@ -10,8 +10,9 @@ import (
 )
 
 // dispatchQueue is how many committed changes may wait for dispatch before
-// ingest waits too. Dispatch is bounded per event by the slow-watcher time
-// budget, so a full queue drains in bounded time.
+// ingest waits too. Dispatch never waits on a watcher beyond the slow-watcher
+// time budget (none by default: a full buffer pauses its watcher), so a full
+// queue drains in bounded time.
 const dispatchQueue = 1024
 
 // dispatchItem is one entry of the dispatch queue: what the store
@@ -109,11 +110,13 @@ func (d *Dispatcher) endBefore(generation uint64) {
 }
 
 // deliver converts ev for each candidate and queues it; it returns how many
-// watchers got it. The caller holds sendMu. Watchers that started after ev
-// (their initial state or replay has it) or stopped are skipped. A watcher
-// whose buffer is full gets a share of a bounded time budget shared by all
-// (as kube-apiserver's dispatchTimeoutBudget), after which it alone is
-// closed; its client resumes from the last resourceVersion it saw.
+// watchers got it (or will, from history). The caller holds sendMu.
+// Watchers that started after ev (their initial state or replay has it) or
+// stopped are skipped. A watcher whose buffer is full is paused before ev
+// (pause.go): it leaves dispatch and catches up from the event window on its
+// own, so dispatch never waits on it. With a slow-watcher budget (0 by
+// default), it first gets a share of that bounded time budget shared by all
+// (as kube-apiserver's dispatchTimeoutBudget).
 func (d *Dispatcher) deliver(ev *held.Event, cands []*Watcher) int {
 	delivered := 0
 	var budget time.Duration
@@ -133,6 +136,10 @@ func (d *Dispatcher) deliver(ev *held.Event, cands []*Watcher) int {
 			continue
 		default:
 		}
+		if d.budget.max <= 0 {
+			d.pause(w, ev.Seq()-1)
+			continue
+		}
 		if !took {
 			budget, took = d.budget.take(), true
 		}
@@ -140,8 +147,7 @@ func (d *Dispatcher) deliver(ev *held.Event, cands []*Watcher) int {
 		if d.waitToSend(w, out, budget) {
 			w.SentRV.Store(ev.RV())
 		} else {
-			d.m.SlowClosed.Inc()
-			w.stop(stopSlow, true)
+			d.pause(w, ev.Seq()-1)
 		}
 		if budget -= d.clock.Since(start); budget < 0 {
 			budget = 0

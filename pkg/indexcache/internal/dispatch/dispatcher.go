@@ -36,9 +36,13 @@ type Dispatcher struct {
 	stopCh chan struct{}
 	done   chan struct{} // closed when run has returned
 
-	// mu guards router and every registered watcher's route.
+	// mu guards router and every registered watcher's route, and paused.
 	mu     sync.RWMutex
 	router *router
+	// paused are the watchers out of the router while they catch up from
+	// history (pause.go).
+	paused  watcherSet
+	history History
 	// sendMu is held while sending to watchers, and by whoever closes a
 	// direct watcher's channel, so no send hits a closed channel.
 	sendMu sync.Mutex
@@ -61,7 +65,7 @@ type Config struct {
 	Clock             clock.WithTicker
 	NewFunc           func() runtime.Object // an empty object of the served type, for bookmarks
 	BookmarkInterval  time.Duration         // how often a watcher gets a bookmark
-	SlowWatcherBudget time.Duration         // the time dispatch may block on full buffers
+	SlowWatcherBudget time.Duration         // the time dispatch may block on full buffers before it pauses a watcher; 0: none
 }
 
 // New returns a dispatcher with no watchers; Start starts it.
@@ -76,6 +80,7 @@ func New(cfg Config, resource string, objs held.ObjectMaker, m *cachemetrics.Met
 		stopCh:         make(chan struct{}),
 		done:           make(chan struct{}),
 		router:         newRouter(),
+		paused:         watcherSet{},
 		BookmarkSlices: bookmarkSlicesFor(cfg.BookmarkInterval),
 		budget:         newTimeBudget(cfg.Clock, cfg.SlowWatcherBudget),
 	}
@@ -103,11 +108,13 @@ func (d *Dispatcher) Add(w *Watcher, r held.Route) {
 	d.publishWatchersLocked()
 }
 
-// remove unregisters w; a watcher not registered is left alone.
+// remove unregisters w, paused or not; a watcher not registered is left
+// alone.
 func (d *Dispatcher) remove(w *Watcher) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.router.remove(w)
+	delete(d.paused, w)
 	d.publishWatchersLocked()
 }
 
@@ -136,6 +143,7 @@ func (d *Dispatcher) Each(fn func(*Watcher)) {
 
 func (d *Dispatcher) publishWatchersLocked() {
 	d.m.SetWatchers(d.router.perIndex, d.router.sharded)
+	d.m.Paused.Set(float64(len(d.paused)))
 }
 
 // StopCh is closed once Stop begins.
@@ -149,7 +157,10 @@ func (d *Dispatcher) Start() { go d.run() }
 func (d *Dispatcher) Stop() {
 	d.mu.Lock()
 	ws := d.router.list()
-	d.router = newRouter()
+	for w := range d.paused {
+		ws = append(ws, w)
+	}
+	d.router, d.paused = newRouter(), watcherSet{}
 	d.publishWatchersLocked()
 	d.mu.Unlock()
 	close(d.stopCh)

@@ -17,10 +17,11 @@ import (
 type stopReason string
 
 const (
-	stopClient stopReason = "client"
-	stopSlow   stopReason = "slow"
-	stopRelist stopReason = "relist"
-	stopCache  stopReason = "cache stopped"
+	stopClient   stopReason = "client"
+	stopExpired  stopReason = "paused past the event window"
+	stopRelist   stopReason = "relist"
+	stopCache    stopReason = "cache stopped"
+	stopStopping stopReason = "cache stopping while paused"
 )
 
 // Watcher is one open watch.
@@ -33,7 +34,9 @@ const (
 // input meanwhile and after.
 //
 // Sends to a direct watcher's result happen under Dispatcher.sendMu, and it
-// is closed under sendMu, so no send ever hits a closed channel.
+// is closed under sendMu, so no send ever hits a closed channel; except
+// while it is paused (pause.go): then only its catch-up goroutine sends to
+// it, and closes it if it ends.
 type Watcher struct {
 	d              *Dispatcher
 	Pred           *held.Predicate
@@ -54,6 +57,18 @@ type Watcher struct {
 	input  chan watch.Event // forwarder mode only
 	done   chan struct{}    // closed first when the watcher stops
 	once   sync.Once
+	buffer int // the events buffered for the live ones (Start's buffer)
+
+	// Pausing (pause.go). pauseMu guards paused, and orders the pause and
+	// the rejoin with stop: a paused watcher's result is its catch-up
+	// goroutine's to close. place is the last commit it has had every
+	// event of, owned by whoever pauses or catches it up.
+	pauseMu  sync.Mutex
+	paused   bool
+	place    uint64
+	pauseSig chan struct{} // forwarder mode: the dispatcher paused it
+	// bookmarkOwed: a deadline bookmark came while it was paused.
+	bookmarkOwed atomic.Bool
 	// unhookCtx forgets the context callback that stops the watcher.
 	unhookCtx atomic.Pointer[func() bool]
 	// deadlineTimer brings the bookmark before the watch's deadline.
@@ -112,8 +127,12 @@ func (w *Watcher) stop(why stopReason, sendHeld bool) {
 		if why != stopClient {
 			klog.V(2).InfoS("Closed a watcher", "resource", d.resource, "reason", why, "lastResourceVersion", w.SentRV.Load())
 		}
+		w.pauseMu.Lock()
+		paused := w.paused
+		w.pauseMu.Unlock()
 		switch {
 		case w.input != nil: // the forwarder closes result on its way out
+		case paused: // its catch-up goroutine closes result on its way out
 		case sendHeld:
 			close(w.result)
 		default:
@@ -151,6 +170,7 @@ func (w *Watcher) Convert(ev *held.Event) (watch.Event, bool) {
 // the cache, not from their input channel. The caller registers the watcher
 // after start, so nothing is sent to it before its initial events.
 func (w *Watcher) Start(initial []watch.Event, buffer int) {
+	w.buffer = buffer
 	if len(initial) <= buffer {
 		w.result = make(chan watch.Event, len(initial)+buffer)
 		for _, ev := range initial {
@@ -160,6 +180,7 @@ func (w *Watcher) Start(initial []watch.Event, buffer int) {
 	}
 	w.result = make(chan watch.Event)
 	w.input = make(chan watch.Event, buffer)
+	w.pauseSig = make(chan struct{}, 1)
 	go w.forward(initial)
 }
 
@@ -216,7 +237,9 @@ func (w *Watcher) bookmarkBefore(deadline time.Time) {
 	}
 }
 
-// forward sends the initial events, then what the dispatcher queued.
+// forward sends the initial events, then what the dispatcher queued; when
+// the dispatcher paused the watcher, it sends what input holds, then
+// catches it up from the event window (pause.go).
 func (w *Watcher) forward(initial []watch.Event) {
 	defer close(w.result)
 	for i, ev := range initial {
@@ -227,12 +250,33 @@ func (w *Watcher) forward(initial []watch.Event) {
 		}
 		initial[i] = watch.Event{} // the client's copy is the only one now
 	}
+	send := func(ev watch.Event) bool {
+		select {
+		case w.result <- ev:
+			return true
+		case <-w.done:
+			return false
+		}
+	}
 	for {
 		select {
 		case ev := <-w.input:
-			select {
-			case w.result <- ev:
-			case <-w.done:
+			if !send(ev) {
+				return
+			}
+		case <-w.pauseSig:
+			// The dispatcher sends nothing more to input while it is paused.
+			for drained := false; !drained; {
+				select {
+				case ev := <-w.input:
+					if !send(ev) {
+						return
+					}
+				default:
+					drained = true
+				}
+			}
+			if !w.catchUp() {
 				return
 			}
 		case <-w.done:

@@ -81,3 +81,29 @@ func (s *Store) SinceLocked(st WatchStart) ([]*held.Event, Position, bool, error
 	events, ok := s.window.SinceSeq(st.At.Seq)
 	return events, now, ok, nil
 }
+
+// EventsAfterLocked is where a paused watcher catches up from: at most limit
+// (all for limit <= 0) of the events committed after the one numbered seq,
+// oldest first, and where the store stands. relisted is true when a relist
+// replaced the state of generation gen since (the window was reset: those
+// events are gone, as a live watcher of gen is ended by the relist). It fails
+// with kube-apiserver's 410 when the window no longer holds every event
+// after seq, naming rv (the resourceVersion the watcher reached) as a watch
+// from rv would be refused. The caller holds mu, for reading or writing.
+func (s *Store) EventsAfterLocked(seq, gen, rv uint64, limit int) (events []*held.Event, now Position, relisted bool, err error) {
+	if s.stopped {
+		return nil, Position{}, false, errStopped(s.gr)
+	}
+	if s.generation != gen {
+		return nil, Position{}, true, nil
+	}
+	now = s.positionLocked()
+	if now.Seq == seq {
+		return nil, now, false, nil
+	}
+	events, ok := s.window.SinceSeqN(seq, limit)
+	if !ok {
+		return nil, Position{}, false, errTooOldRV(rv, s.window.ResumeFrom())
+	}
+	return events, now, false, nil
+}
