@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -418,12 +418,15 @@ func TestCompactedResourceVersion(t *testing.T) {
 	expectQuiet(t, w, 2*time.Second)
 }
 
-// TestSlowWatcherClosed: a client that opens a watch and reads nothing is
-// closed once its buffer stays full (index_apiserver_slow_watchers_closed_total
-// counts it), while a watcher of the same pods on the same replica receives
-// every change, in order, exactly once. The replica runs with a 10-event
-// watch buffer so a few megabytes of changes overflow it.
-func TestSlowWatcherClosed(t *testing.T) {
+// TestSlowWatcherPaused: a client that opens a watch and reads nothing is
+// paused once its buffer is full (index_apiserver_watchers_paused counts
+// it), not closed (KEP-6268's behaviour), while a watcher of the same pods
+// on the same replica receives every change, in order, exactly once; when
+// the slow client reads, it gets every change too, in order, with the same
+// resourceVersions, and index_apiserver_slow_watchers_closed_total has not
+// moved. The replica runs with a 10-event watch buffer so a few megabytes of
+// changes overflow it.
+func TestSlowWatcherPaused(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
 	ns := createNamespace(t, ctx, admin, "slow-client")
@@ -471,6 +474,7 @@ func TestSlowWatcherClosed(t *testing.T) {
 	// the reading watcher has the one before: its buffer never fills, so all
 	// that can stall dispatch is the slow watcher.
 	const changes = 80
+	var want []string
 	filler := strings.Repeat("x", 200<<10)
 	for i := 0; i < changes; i++ {
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{"filler":"%d%s"}}}`, i, filler)
@@ -478,30 +482,46 @@ func TestSlowWatcherClosed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		expectEvents(t, w, fmt.Sprintf("change %d: the reading watcher", i), []string{"MODIFIED big@" + p.ResourceVersion})
+		ev := "MODIFIED big@" + p.ResourceVersion
+		expectEvents(t, w, fmt.Sprintf("change %d: the reading watcher", i), []string{ev})
+		want = append(want, ev)
 	}
 	eventually(t, 30*time.Second, func() error {
-		if v := scrapeAt(t, base)["index_apiserver_slow_watchers_closed_total"+podsSeries]; v <= closedBefore {
-			return fmt.Errorf("slow_watchers_closed_total = %v, want more than %v", v, closedBefore)
+		if v := scrapeAt(t, base)["index_apiserver_watchers_paused"+podsSeries]; v < 1 {
+			return fmt.Errorf("watchers_paused = %v, want the slow watcher paused", v)
 		}
 		return nil
 	})
-	// Reading now, the slow client finds its stream ended early.
+	// Reading now, the slow client gets every change, in order, once.
 	dec := json.NewDecoder(slow.Body)
-	n := 0
-	for {
-		var ev metav1.WatchEvent
-		if err := dec.Decode(&ev); err != nil {
-			if err != io.EOF {
-				t.Fatalf("the slow watch ended with %v after %d events, want a clean end of stream", err, n)
-			}
-			break
+	var got []string
+	for len(got) < changes {
+		var ev struct {
+			Type   string `json:"type"`
+			Object struct {
+				Metadata metav1.ObjectMeta `json:"metadata"`
+			} `json:"object"`
 		}
-		n++
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatalf("the slow watch ended with %v after %d events, want all %d changes", err, len(got), changes)
+		}
+		if ev.Type == "BOOKMARK" {
+			continue
+		}
+		got = append(got, ev.Type+" "+ev.Object.Metadata.Name+"@"+ev.Object.Metadata.ResourceVersion)
 	}
-	if n >= changes {
-		t.Fatalf("the slow watch delivered all %d changes, want it closed early", n)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("the slow watch, read late:\n%v\nwant what the reading watcher got:\n%v", got, want)
 	}
-	t.Logf("the slow watch was closed after %d of %d changes", n, changes)
+	eventually(t, 30*time.Second, func() error {
+		if v := scrapeAt(t, base)["index_apiserver_watchers_paused"+podsSeries]; v != 0 {
+			return fmt.Errorf("watchers_paused = %v after the slow client caught up, want 0", v)
+		}
+		return nil
+	})
+	if v := scrapeAt(t, base)["index_apiserver_slow_watchers_closed_total"+podsSeries]; v != closedBefore {
+		t.Fatalf("slow_watchers_closed_total went from %v to %v: the slow watcher was closed, not paused", closedBefore, v)
+	}
+	t.Logf("the slow watch was paused and delivered all %d changes once read", changes)
 	expectQuiet(t, w, time.Second)
 }

@@ -3,7 +3,7 @@ package e2e
 // What one authenticated client can make the server hold or do is bounded:
 // open watches (per user, in all, per connection), the size of a request,
 // and a flood of LISTs (priority and fairness). Slow readers: see
-// TestSlowWatcherClosed.
+// TestSlowWatcherPaused.
 
 import (
 	"context"
