@@ -75,15 +75,13 @@ test-monitoring: promtool
 	PROMTOOL=$(abspath $(BIN)/promtool) go test $(GO_TEST_FLAGS) -count=1 ./test/monitoring/...
 
 ## test-fuzz: each fuzz target beyond its committed seed corpus for FUZZTIME (10s; go test -fuzz
-##            takes one target at a time). New crashers land in the package's testdata/fuzz/.
+##            takes one target at a time; hack/lib/fuzz.sh). New crashers land in the package's
+##            testdata/fuzz/.
 FUZZTIME ?= 10s
 FUZZ_TARGETS = ./pkg/indexcache:FuzzList ./pkg/policy:FuzzValidateSpec \
 	./pkg/registry/indexing/readonly:FuzzShardSelector ./pkg/registry/indexing/readonly:FuzzListQuery
 test-fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		echo "go test -run '^$$' -fuzz '^$${t#*:}$$' -fuzztime $(FUZZTIME) $${t%%:*}"; \
-		go test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
-	done
+	FUZZTIME=$(FUZZTIME) hack/lib/fuzz.sh $(FUZZ_TARGETS)
 
 # One package at a time: each starts its own control plane on a 2-core machine.
 test-e2e:
