@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// Object is one object as held: Raw, without metadata.managedFields (the
-// cache drops them, as for pods and nodes), and its metadata decoded. It is
+// Object is one object as held: Raw, managedFields included, and its
+// metadata decoded (managedFields aside). It is
 // what the feed delivers to the cache; the cache keeps Raw and the values
 // its indexes need, not the Object.
 type Object struct {
@@ -72,21 +72,61 @@ func Decode(data []byte) (*Object, error) {
 		return nil, fmt.Errorf("object has no metadata")
 	}
 	mdRaw := raw[md.valStart:md.valEnd]
-	if mms, err := members(mdRaw); err != nil {
+	mms, err := members(mdRaw)
+	if err != nil {
 		return nil, fmt.Errorf("metadata: %w", err)
-	} else if _, j, ok := find(mms, "managedFields"); ok {
-		stripped := without(mdRaw, mms, j)
-		out := make([]byte, 0, len(raw)-len(mdRaw)+len(stripped))
-		out = append(out, raw[:md.valStart]...)
-		out = append(out, stripped...)
-		raw = append(out, raw[md.valEnd:]...)
-		mdRaw = stripped
+	}
+	// managedFields stay in the bytes, as kube-apiserver sends them; the
+	// decoded metadata goes without (nothing here reads it, and it is most
+	// of what decoding metadata would cost).
+	if _, j, ok := find(mms, "managedFields"); ok {
+		mdRaw = without(mdRaw, mms, j)
 	}
 	if err := json.Unmarshal(mdRaw, &o.ObjectMeta); err != nil {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}
 	o.Raw = raw
 	return o, nil
+}
+
+// WithoutManagedFields returns the object with metadata.managedFields cut
+// out of its bytes: what the mirrors (indexing.k8s.io/v1alpha1) hold and
+// what a client that asks to drop them gets. o itself is not changed.
+func (o *Object) WithoutManagedFields() (*Object, error) {
+	raw, err := DropManagedFields(o.Raw)
+	if err != nil {
+		return nil, err
+	}
+	out := &Object{TypeMeta: o.TypeMeta, ObjectMeta: o.ObjectMeta, Raw: raw}
+	out.ManagedFields = nil
+	return out, nil
+}
+
+// DropManagedFields returns obj's JSON without metadata.managedFields,
+// obj itself when it has none.
+func DropManagedFields(obj []byte) ([]byte, error) {
+	ms, err := members(obj)
+	if err != nil {
+		return nil, err
+	}
+	md, _, ok := find(ms, "metadata")
+	if !ok {
+		return obj, nil
+	}
+	mdRaw := obj[md.valStart:md.valEnd]
+	mms, err := members(mdRaw)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	_, j, ok := find(mms, "managedFields")
+	if !ok {
+		return obj, nil
+	}
+	stripped := without(mdRaw, mms, j)
+	out := make([]byte, 0, len(obj)-len(mdRaw)+len(stripped))
+	out = append(out, obj[:md.valStart]...)
+	out = append(out, stripped...)
+	return append(out, obj[md.valEnd:]...), nil
 }
 
 // Typed tells whether held bytes carry apiVersion and kind themselves (a

@@ -6,24 +6,33 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-func TestDecodeKeepsBytesAndDropsManagedFields(t *testing.T) {
+func TestDecodeKeepsBytesAndManagedFields(t *testing.T) {
 	for _, tc := range []struct {
-		name, in, held, single string
+		name, in, held, dropped, single string
 	}{{
-		name:   "built-in watch object",
-		in:     `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"},"managedFields":[{"manager":"kubectl","fieldsV1":{"f:data":{}}}]},"data":{"k":"v"},"futureField":{"z":1,"a":[1,2]}}`,
-		held:   `{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"}},"data":{"k":"v"},"futureField":{"z":1,"a":[1,2]}}`,
-		single: `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"}},"data":{"k":"v"},"futureField":{"z":1,"a":[1,2]}}`,
+		name:    "built-in watch object",
+		in:      `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"},"managedFields":[{"manager":"kubectl","fieldsV1":{"f:data":{}}}]},"data":{"k":"v"},"futureField":{"z":1,"a":[1,2]}}`,
+		held:    `{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"},"managedFields":[{"manager":"kubectl","fieldsV1":{"f:data":{}}}]},"data":{"k":"v"},"futureField":{"z":1,"a":[1,2]}}`,
+		dropped: `{"metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"}},"data":{"k":"v"},"futureField":{"z":1,"a":[1,2]}}`,
+		single:  `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"x"},"managedFields":[{"manager":"kubectl","fieldsV1":{"f:data":{}}}]},"data":{"k":"v"},"futureField":{"z":1,"a":[1,2]}}`,
 	}, {
-		name:   "built-in list item, managedFields first",
-		in:     `{"metadata":{"managedFields":[],"name":"a","resourceVersion":"7"},"data":{}}`,
-		held:   `{"metadata":{"name":"a","resourceVersion":"7"},"data":{}}`,
-		single: `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"7"},"data":{}}`,
+		name:    "built-in list item, managedFields first",
+		in:      `{"metadata":{"managedFields":[],"name":"a","resourceVersion":"7"},"data":{}}`,
+		held:    `{"metadata":{"managedFields":[],"name":"a","resourceVersion":"7"},"data":{}}`,
+		dropped: `{"metadata":{"name":"a","resourceVersion":"7"},"data":{}}`,
+		single:  `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"managedFields":[],"name":"a","resourceVersion":"7"},"data":{}}`,
 	}, {
-		name:   "custom resource, managedFields only",
-		in:     `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"managedFields":[{"a":"}"}]},"spec":{"x-unknown":"\"}"}}`,
-		held:   `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{},"spec":{"x-unknown":"\"}"}}`,
-		single: `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{},"spec":{"x-unknown":"\"}"}}`,
+		name:    "custom resource, managedFields only",
+		in:      `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"managedFields":[{"a":"}"}]},"spec":{"x-unknown":"\"}"}}`,
+		held:    `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"managedFields":[{"a":"}"}]},"spec":{"x-unknown":"\"}"}}`,
+		dropped: `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{},"spec":{"x-unknown":"\"}"}}`,
+		single:  `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"managedFields":[{"a":"}"}]},"spec":{"x-unknown":"\"}"}}`,
+	}, {
+		name:    "custom resource, managedFields between sorted keys",
+		in:      `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"labels":{"a":"b"},"managedFields":[{"manager":"m"}],"name":"w"}}`,
+		held:    `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"labels":{"a":"b"},"managedFields":[{"manager":"m"}],"name":"w"}}`,
+		dropped: `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"labels":{"a":"b"},"name":"w"}}`,
+		single:  `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"labels":{"a":"b"},"managedFields":[{"manager":"m"}],"name":"w"}}`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := Decode([]byte(tc.in))
@@ -37,7 +46,17 @@ func TestDecodeKeepsBytesAndDropsManagedFields(t *testing.T) {
 				t.Errorf("single\n got %s\nwant %s", got, tc.single)
 			}
 			if o.ManagedFields != nil {
-				t.Errorf("managedFields decoded: %v", o.ManagedFields)
+				t.Errorf("managedFields decoded into the metadata: %v", o.ManagedFields)
+			}
+			d, err := o.WithoutManagedFields()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(d.Raw) != tc.dropped {
+				t.Errorf("without managedFields\n got %s\nwant %s", d.Raw, tc.dropped)
+			}
+			if d.Name != o.Name || string(o.Raw) != tc.held {
+				t.Errorf("WithoutManagedFields changed its object or lost the metadata")
 			}
 		})
 	}

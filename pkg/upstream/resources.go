@@ -121,12 +121,14 @@ func heldCore(gvr schema.GroupVersionResource, namespaced bool, m mirrorType) Re
 			return fn(t)
 		}
 	}
-	// The feed delivers held objects; a compiled object (tests, benchmarks
-	// that load the cache without kube-apiserver) is held as its JSON.
+	// The feed delivers held objects, managedFields and all: the mirrors
+	// drop them (their documented contract). A compiled object (tests,
+	// benchmarks that load the cache without kube-apiserver) is held as its
+	// JSON.
 	res.Transform = func(obj interface{}) (runtime.Object, error) {
 		switch o := obj.(type) {
 		case *rawobject.Object:
-			return o, nil
+			return o.WithoutManagedFields()
 		case runtime.Object:
 			raw, err := m.encode(o)
 			if err != nil {

@@ -32,7 +32,7 @@ import (
 // Any resource an IndexPolicy names (issue 30): a CRD whose schema keeps
 // unknown fields, with a selectable field and printer columns, and
 // configmaps, cached while a policy names them and served under the
-// cluster proxy with kube-apiserver's answers, managedFields aside.
+// cluster proxy with kube-apiserver's answers, managedFields included.
 
 const widgetCRD = `
 apiVersion: apiextensions.k8s.io/v1
@@ -81,23 +81,12 @@ func cacheServed(t *testing.T) float64 {
 	return n
 }
 
-// jsonWithoutManagedFields decodes a body and drops every metadata.managedFields.
-func jsonWithoutManagedFields(t *testing.T, body []byte) map[string]any {
+// jsonBody decodes a body, managedFields and all.
+func jsonBody(t *testing.T, body []byte) map[string]any {
 	t.Helper()
 	var v map[string]any
 	if err := json.Unmarshal(body, &v); err != nil {
 		t.Fatalf("not JSON: %v: %s", err, body)
-	}
-	drop := func(o map[string]any) {
-		if md, ok := o["metadata"].(map[string]any); ok {
-			delete(md, "managedFields")
-		}
-	}
-	drop(v)
-	if items, ok := v["items"].([]any); ok {
-		for _, it := range items {
-			drop(it.(map[string]any))
-		}
 	}
 	return v
 }
@@ -188,7 +177,7 @@ func TestAnyResourceCRDAndConfigMaps(t *testing.T) {
 					if code != http.StatusOK || gotCode != http.StatusOK {
 						return fmt.Errorf("%s: kube-apiserver %d, index-apiserver %d: %s", p, code, gotCode, got)
 					}
-					w, g := jsonWithoutManagedFields(t, want), jsonWithoutManagedFields(t, got)
+					w, g := jsonBody(t, want), jsonBody(t, got)
 					if md, ok := w["metadata"].(map[string]any); ok && w["items"] != nil {
 						delete(md, "resourceVersion") // a list's own resourceVersion may differ
 						delete(g["metadata"].(map[string]any), "resourceVersion")
@@ -392,16 +381,10 @@ func TestAnyResourceCRDAndConfigMaps(t *testing.T) {
 
 // protobufAsKube reads configmaps of ns in protobuf only through cfg and
 // from kube-apiserver (ref) and compares what they answer, managedFields
-// aside: a GET, a label LIST, and a watch's event for a write.
+// included: a GET, a label LIST, and a watch's event for a write.
 func protobufAsKube(t *testing.T, ctx context.Context, cfg, ref *rest.Config, ns string) {
 	t.Helper()
 	got, want := clientset(t, cfg).CoreV1().ConfigMaps(ns), clientset(t, ref).CoreV1().ConfigMaps(ns)
-	strip := func(cms ...corev1.ConfigMap) []corev1.ConfigMap {
-		for i := range cms {
-			cms[i].ManagedFields = nil
-		}
-		return cms
-	}
 	var g, w *corev1.ConfigMap
 	eventually(t, 10*time.Second, func() error {
 		var err error
@@ -411,7 +394,7 @@ func protobufAsKube(t *testing.T, ctx context.Context, cfg, ref *rest.Config, ns
 		if w, err = want.Get(ctx, "cm1", metav1.GetOptions{}); err != nil {
 			return err
 		}
-		if !reflect.DeepEqual(strip(*g), strip(*w)) {
+		if !reflect.DeepEqual(*g, *w) {
 			return fmt.Errorf("protobuf GET\n got %+v\nwant %+v", *g, *w)
 		}
 		return nil
@@ -424,7 +407,7 @@ func protobufAsKube(t *testing.T, ctx context.Context, cfg, ref *rest.Config, ns
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gl.Items) == 0 || !reflect.DeepEqual(strip(gl.Items...), strip(wl.Items...)) {
+	if len(gl.Items) == 0 || !reflect.DeepEqual(gl.Items, wl.Items) {
 		t.Fatalf("protobuf LIST\n got %+v\nwant %+v", gl.Items, wl.Items)
 	}
 	w8, err := got.Watch(ctx, metav1.ListOptions{LabelSelector: "app=app-1", ResourceVersion: gl.ResourceVersion})
@@ -439,7 +422,7 @@ func protobufAsKube(t *testing.T, ctx context.Context, cfg, ref *rest.Config, ns
 	select {
 	case ev := <-w8.ResultChan():
 		cm, ok := ev.Object.(*corev1.ConfigMap)
-		if !ok || ev.Type != watch.Modified || !reflect.DeepEqual(strip(*cm), strip(*touched)) {
+		if !ok || ev.Type != watch.Modified || !reflect.DeepEqual(*cm, *touched) {
 			t.Fatalf("protobuf watch event %s %+v, want MODIFIED %+v", ev.Type, ev.Object, *touched)
 		}
 	case <-time.After(30 * time.Second):
