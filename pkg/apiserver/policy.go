@@ -78,6 +78,7 @@ func (cc CacheConfig) lifecycleTuning() cachelifecycle.Tuning {
 	return cachelifecycle.Tuning{
 		FreshnessTimeout:       cc.FreshnessTimeout,
 		ConsistentReadFallback: cc.ConsistentReadFallback,
+		MaxUpstreamReads:       cc.MaxUpstreamReads,
 		EventWindow:            cc.EventWindow,
 		SnapshotRetention:      cc.SnapshotRetention,
 		WatchBuffer:            cc.WatchBuffer,

@@ -95,6 +95,7 @@ var _ policy.Caches = &Caches{}
 type Tuning struct {
 	FreshnessTimeout       time.Duration
 	ConsistentReadFallback time.Duration
+	MaxUpstreamReads       int
 	EventWindow            int
 	SnapshotRetention      time.Duration
 	WatchBuffer            int
@@ -385,11 +386,19 @@ func (a *Caches) startCache(ctx context.Context, name string, res anyresource.Re
 		return nil, fmt.Errorf("creating the cache of %s: %w", res.GVR.GroupResource(), err)
 	}
 	feed.Connect(cache.Ingest(), cache.ResourceVersion)
-	// Consistent reads wait for the cache (an answer read upstream would be
-	// a decoded object, not held bytes); under the cluster proxy, those the
-	// cache cannot prove fresh within the fallback pass through
-	// (consistentread.Reader.Route).
-	reader := consistentread.New(cache, consistentread.Config{GroupResource: res.GVR.GroupResource(), Fallback: a.tuning.ConsistentReadFallback})
+	// Under the cluster proxy, consistent reads the cache cannot prove fresh
+	// within their bound pass through (consistentread.Reader.Route), and a
+	// consistent watch's initial state is then read upstream (Read: held
+	// bytes, as the feed's), the cache's events following it. Upstream
+	// selects on metadata.name, as for every resource; the reader applies
+	// the other field requirements.
+	reader := consistentread.New(cache, consistentread.Config{
+		GroupResource:    res.GVR.GroupResource(),
+		Read:             feed.ReadUpstream,
+		UpstreamFields:   []string{"metadata.name"},
+		Fallback:         a.tuning.ConsistentReadFallback,
+		MaxUpstreamReads: a.tuning.MaxUpstreamReads,
+	})
 	h, err := anyresource.NewHandler(res, reader, a.minTimeout)
 	if err != nil {
 		cache.Stop()

@@ -174,13 +174,15 @@ func (h *Handler) passThrough(w http.ResponseWriter, req *http.Request, info *re
 }
 
 // consistent tells whether a read is a consistent one, and its shape: a
-// GET, or a LIST's first page, without a resourceVersion (a later page
-// reads at its continue token's).
+// GET, a LIST's first page (a later page reads at its continue token's),
+// or a watch that sends its initial state first, without a resourceVersion.
 func consistent(info *request.RequestInfo, query url.Values) (consistentread.Shape, bool) {
 	if query.Get("resourceVersion") != "" {
 		return 0, false
 	}
 	switch info.Verb {
+	case "watch":
+		return consistentread.ShapeWatchList, query.Get("sendInitialEvents") == "true"
 	case "get":
 		return consistentread.ShapeGet, true
 	case "list":

@@ -129,9 +129,19 @@ func (r *Reader) enabled() bool { return r.cfg.Read != nil && r.cfg.Fallback > 0
 // its deadline, where waiting for the proof (up to a second, see the
 // package comment) would have ended it with a 504 before it began. A state
 // longer than a page waits for the cache, as a consistent LIST does.
+//
+// Under the cluster proxy, Route decided already (ShapeWatchList): a watch
+// proven fresh reads the cache at the proof's resourceVersion; one routed
+// to upstream's state asks for it at once, without waiting.
 func (r *Reader) Watch(ctx context.Context, opts indexcache.WatchOptions) (watch.Interface, error) {
+	consistentList := opts.ResourceVersion == "" && opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	if want, ok := provenFrom(ctx); ok && consistentList {
+		opts.ResourceVersion = fresh(want)
+		return r.cache.Watch(ctx, opts)
+	}
+	routed := stateFromUpstream(ctx)
 	deadline, hasDeadline := ctx.Deadline()
-	if opts.ResourceVersion != "" || opts.SendInitialEvents == nil || !*opts.SendInitialEvents || !hasDeadline || r.cfg.Read == nil {
+	if !consistentList || (!hasDeadline && !routed) || r.cfg.Read == nil {
 		return r.cache.Watch(ctx, opts)
 	}
 	if err := r.cache.CheckReady(); err != nil {
@@ -152,11 +162,13 @@ func (r *Reader) Watch(ctx context.Context, opts indexcache.WatchOptions) (watch
 	if c.ResourceVersion() >= want {
 		return atCache()
 	}
-	bctx, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
-	_, err = c.WaitUntil(bctx, want, true, nil)
-	cancel()
-	if err == nil || ctx.Err() != nil {
-		return atCache()
+	if !routed {
+		bctx, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
+		_, err = c.WaitUntil(bctx, want, true, nil)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return atCache()
+		}
 	}
 	slot, err := c.WaitUntil(ctx, want, false, r.slots)
 	if err != nil || !slot {

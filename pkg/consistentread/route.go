@@ -41,10 +41,15 @@ const (
 	// ShapeWhole: a LIST of everything in scope (no selector), which
 	// kube-apiserver answers by encoding every object.
 	ShapeWhole
+	// ShapeWatchList: a consistent watch that sends its initial state
+	// first (sendInitialEvents=true, no resourceVersion: an informer's
+	// start). It is never passed through: the cache serves the watch, and
+	// only where its initial state comes from is routed (Route).
+	ShapeWatchList
 	shapes
 )
 
-var shapeNames = [shapes]string{"get", "selective", "whole"}
+var shapeNames = [shapes]string{"get", "selective", "whole", "watchlist"}
 
 func (s Shape) String() string { return shapeNames[s] }
 
@@ -159,6 +164,9 @@ func (r *Reader) Route(ctx context.Context, shape Shape) (_ context.Context, atC
 	if err := r.cache.CheckReady(); err != nil {
 		return ctx, true, nop // the cache answers its own error, as a read there would
 	}
+	if shape == ShapeWatchList {
+		return r.routeWatch(ctx), true, nop
+	}
 	route := RouteGet
 	var want uint64
 	bound := r.bound(shape)
@@ -212,6 +220,47 @@ func (r *Reader) Route(ctx context.Context, shape Shape) (_ context.Context, atC
 	}
 	r.routed(RouteCache)
 	return withProven(ctx, want), true, nop
+}
+
+type stateKey struct{}
+
+// withStateFromUpstream notes in ctx that a consistent watch takes its
+// initial state from a consistent read at kube-apiserver at once
+// (Reader.Watch), instead of waiting for the cache's proof.
+func withStateFromUpstream(ctx context.Context) context.Context {
+	return context.WithValue(ctx, stateKey{}, true)
+}
+
+func stateFromUpstream(ctx context.Context) bool {
+	v, _ := ctx.Value(stateKey{}).(bool)
+	return v
+}
+
+// routeWatch routes a consistent watch's initial state (ShapeWatchList):
+// from the cache once it is proven fresh within Fallback (what a LIST of a
+// busy resource waits at most before it is measured), else, and at once on
+// a quiet resource, from a consistent read at kube-apiserver, after which
+// the cache's events follow (Reader.Watch). Either way the cache serves the
+// watch; kube-apiserver answers at most one page's read for its start.
+func (r *Reader) routeWatch(ctx context.Context) context.Context {
+	if r.cfg.Read == nil {
+		return ctx // the watch waits for the proof (Reader.Watch)
+	}
+	if r.route.late.Load() >= lateInARow {
+		r.recheck()
+		r.routed(RouteQuiet)
+		return withStateFromUpstream(ctx)
+	}
+	if want, ok := r.prove(ctx, r.cfg.Fallback); ok {
+		r.route.late.Store(0)
+		r.routed(RouteCache)
+		return withProven(ctx, want)
+	}
+	if ctx.Err() == nil {
+		r.route.late.Add(1)
+		r.routed(RouteLate)
+	}
+	return withStateFromUpstream(ctx)
 }
 
 // prove reads kube-apiserver's current resourceVersion (shared with the

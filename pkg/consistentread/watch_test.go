@@ -13,6 +13,7 @@ import (
 
 	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
+	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
 // eventString is an event as the tests compare it: type, namespace/name and
@@ -164,4 +165,95 @@ func TestConsistentWatchWaitsForAFreshCache(t *testing.T) {
 			t.Errorf("%s: events %v, want the cache's freshness timeout", name, got)
 		}
 	}
+}
+
+// TestRoutedConsistentWatch (issue 36): under the cluster proxy a
+// consistent watch (an informer's WatchList start) is routed like a LIST:
+// on a quiet resource it takes its initial state from upstream at once,
+// without waiting for a proof or half its deadline (and without needing a
+// deadline at all), then goes on with the cache's events; on a resource
+// proven fresh within Fallback it is the cache's, upstream not asked.
+// Either way the watch itself is never passed through.
+func TestRoutedConsistentWatch(t *testing.T) {
+	metrics.Register()
+	yes := true
+	opts := indexcache.WatchOptions{Namespace: "ns", SendInitialEvents: &yes, AllowWatchBookmarks: true}
+
+	t.Run("Quiet", func(t *testing.T) {
+		up := &fakeUpstream{rv: 52, complete: true, objs: []*indexing.Pod{
+			mkPod("ns", "a1", "u1", 47, map[string]string{"app": "a"}, "n2", ""),
+		}}
+		c, r := upstreamCache(t, up.read, time.Hour, DefaultMaxUpstreamReads)
+		r.cfg.GroupResource = indexing.Resource(t.Name())
+		// A cache starts quiet: no proof is waited for, even with an hour's
+		// Fallback, and the watch has no deadline.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		start := time.Now()
+		rctx, atCache, done := r.Route(ctx, ShapeWatchList)
+		done()
+		if !atCache {
+			t.Fatal("a consistent watch was passed through")
+		}
+		w, err := r.Watch(rctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("the watch took %v to begin", took)
+		}
+		if err := c.Ingest().Update(mkPod("ns", "a1", "u1", 53, map[string]string{"app": "a"}, "n3", "")); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for len(got) < 3 {
+			select {
+			case ev := <-w.ResultChan():
+				got = append(got, eventString(t, ev))
+			case <-time.After(5 * time.Second):
+				t.Fatalf("events %v: the watch stalled", got)
+			}
+		}
+		w.Stop()
+		want := []string{"ADDED ns/a1@47", "BOOKMARK /@52!", "MODIFIED ns/a1@53"}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("events %v, want %v", got, want)
+			}
+		}
+		if q := up.calls(); len(q) != 1 || routeCount(t, RouteQuiet) != 1 {
+			t.Errorf("asked upstream %+v, quiet routes %v: want one read", q, routeCount(t, RouteQuiet))
+		}
+	})
+	t.Run("ProvenFresh", func(t *testing.T) {
+		up := &fakeUpstream{rv: 52, complete: true}
+		c, r := upstreamCache(t, up.read, time.Hour, DefaultMaxUpstreamReads)
+		r.cfg.GroupResource = indexing.Resource(t.Name())
+		r.route.late.Store(0) // as once background checks found it fresh in time
+		c.Ingest().UpdateResourceVersion("50")
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		rctx, atCache, done := r.Route(ctx, ShapeWatchList)
+		done()
+		if want, ok := provenFrom(rctx); !atCache || !ok || want != 50 {
+			t.Fatalf("at cache %v, proof %d %v: want the cache proven at 50", atCache, want, ok)
+		}
+		w, err := r.Watch(rctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for len(got) < 4 {
+			select {
+			case ev := <-w.ResultChan():
+				got = append(got, eventString(t, ev))
+			case <-time.After(5 * time.Second):
+				t.Fatalf("events %v: the watch stalled", got)
+			}
+		}
+		w.Stop()
+		if got[3] != "BOOKMARK /@50!" || len(up.calls()) != 0 || routeCount(t, RouteCache) != 1 {
+			t.Fatalf("events %v, upstream asked %v: want the cache's state at 50", got, up.calls())
+		}
+	})
 }

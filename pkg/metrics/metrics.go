@@ -95,14 +95,14 @@ var (
 	// UpstreamReads counts consistent reads answered by kube-apiserver.
 	UpstreamReads = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "consistent_reads_from_upstream_total",
-		Help:           "Consistent reads (a LIST's single page or a GET) answered with a consistent read at kube-apiserver, because the cache could not prove itself fresh within --consistent-read-fallback (a LIST longer than one page: within --freshness-timeout).",
+		Help:           "Consistent reads (a LIST's single page, a GET, or a consistent watch's initial state) answered with a consistent read at kube-apiserver, because the cache could not prove itself fresh within --consistent-read-fallback (a LIST longer than one page: within --freshness-timeout), or, under the cluster proxy, because the resource is quiet.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 	// ConsistentReadRoutes counts where the consistent reads the cluster
 	// proxy would serve from a cache were answered.
 	ConsistentReadRoutes = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "consistent_read_routes_total",
-		Help:           "Consistent reads (a GET, or a LIST's first page, without a resourceVersion) of cached resources under the cluster proxy, by where they were answered: cache (the cache was proven fresh within --consistent-read-fallback), get (a GET, passed through to kube-apiserver at once), late (passed through: the proof did not come within the bound), quiet (passed through at once: the resource's recent proofs came late).",
+		Help:           "Consistent reads (a GET, or a LIST's first page, without a resourceVersion) of cached resources under the cluster proxy, by where they were answered: cache (the cache was proven fresh within --consistent-read-fallback), get (a GET, passed through to kube-apiserver at once), late (passed through: the proof did not come within the bound), quiet (passed through at once: the resource's recent proofs came late). A consistent watch with initial events (sendInitialEvents=true) is counted too; it is never passed through: late and quiet mean its initial state was read at kube-apiserver, the cache's events following.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "route"})
 	// RevisionReads counts the reads of upstream's current resourceVersion.

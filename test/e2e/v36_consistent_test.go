@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -181,6 +182,38 @@ func TestV36ConsistentReadsOfQuietCaches(t *testing.T) {
 			t.Fatalf("%s: %v", e.name, err)
 		}
 	}
+	// A consistent WatchList (an informer's start) of the quiet resource
+	// takes its initial state from kube-apiserver at once, not after the
+	// proof: the same initial events as kube-apiserver's own WatchList,
+	// then the cache's events. The watch itself is the cache's.
+	watchPath := list + "&watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	wantInit, _ := u38Event(t, u38Watch(t, wctx, stack.KubeAPIServerURL(), watchPath), "BOOKMARK")
+	sort.Strings(wantInit)
+	watchesBefore, readsBefore := consistentRoutes(t, resource), scrapeAt(t, indexAPIServerURL)
+	for i, e := range proxyEntries() {
+		r := u38Watch(t, wctx, e.host, watchPath)
+		gotInit, _ := u38Event(t, r, "BOOKMARK")
+		sort.Strings(gotInit)
+		if strings.Join(gotInit, "") != strings.Join(wantInit, "") {
+			t.Errorf("%s: consistent WatchList's initial events\nkube-apiserver  %q\nindex-apiserver %q", e.name, wantInit, gotInit)
+		}
+		if err := put("s1", "a", 100+i); err != nil {
+			t.Fatal(err)
+		}
+		if _, line := u38Event(t, r, "MODIFIED"); !strings.Contains(line, `"name":"s1"`) {
+			t.Errorf("%s: after the initial state, the watch sent %s", e.name, line)
+		}
+	}
+	watchesAfter, readsAfter := consistentRoutes(t, resource), scrapeAt(t, indexAPIServerURL)
+	upstreamSeries := `index_apiserver_consistent_reads_from_upstream_total{resource="` + resource + `"}`
+	if fromUpstream := readsAfter[upstreamSeries] - readsBefore[upstreamSeries]; fromUpstream < 1 ||
+		watchesAfter["quiet"]+watchesAfter["late"] <= watchesBefore["quiet"]+watchesBefore["late"] {
+		t.Errorf("the consistent WatchLists of a quiet cache did not take their state from kube-apiserver: %v upstream reads, routes %v, before %v", fromUpstream, watchesAfter, watchesBefore)
+	}
+	wcancel()
+
 	stop()
 	after := consistentRoutes(t, resource)
 	passed := after["late"] + after["quiet"] - before["late"] - before["quiet"]
