@@ -189,10 +189,10 @@ func TestV36ConsistentReadsOfQuietCaches(t *testing.T) {
 	watchPath := list + "&watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
-	wantInit, _ := u38Event(t, u38Watch(t, wctx, stack.KubeAPIServerURL(), watchPath), "BOOKMARK")
-	sort.Strings(wantInit)
 	watchesBefore, readsBefore := consistentRoutes(t, resource), scrapeAt(t, indexAPIServerURL)
 	for i, e := range proxyEntries() {
+		wantInit, _ := u38Event(t, u38Watch(t, wctx, stack.KubeAPIServerURL(), watchPath), "BOOKMARK")
+		sort.Strings(wantInit)
 		r := u38Watch(t, wctx, e.host, watchPath)
 		gotInit, _ := u38Event(t, r, "BOOKMARK")
 		sort.Strings(gotInit)
