@@ -29,8 +29,8 @@ const (
 	// up to its time_budget's 100ms, then closes the watcher).
 	DefaultSlowWatcherBudget = time.Duration(0)
 	DefaultBookmarkInterval  = time.Minute // kube-apiserver's bookmarkFrequency
-	// housekeepingInterval paces snapshot expiry and the index size metrics,
-	// independently of how rarely bookmarks go out.
+	// housekeepingInterval paces snapshot expiry, ReleasePacks and the
+	// index size metrics, independently of how rarely bookmarks go out.
 	housekeepingInterval = 10 * time.Second
 )
 
@@ -191,9 +191,10 @@ func (c *Cache) HasSynced() bool { return c.store.HasSynced() }
 func (c *Cache) ResourceVersion() uint64 { return c.store.ResourceVersion() }
 
 // Run sends bookmarks (one slice of the watchers per tick, each watcher
-// once per BookmarkInterval), and expires snapshots and refreshes the index
-// size metrics every housekeepingInterval, until stopCh closes; then it
-// stops every watcher.
+// once per BookmarkInterval), and expires snapshots, releases packs that
+// are mostly dead (ReleasePacks) and refreshes the index size metrics
+// every housekeepingInterval, until stopCh closes; then it stops every
+// watcher.
 func (c *Cache) Run(stopCh <-chan struct{}) {
 	bookmarks := c.cfg.Clock.NewTicker(c.cfg.BookmarkInterval / time.Duration(c.disp.BookmarkSlices))
 	defer bookmarks.Stop()
@@ -212,6 +213,7 @@ func (c *Cache) Run(stopCh <-chan struct{}) {
 			slice = (slice + 1) % c.disp.BookmarkSlices
 		case <-housekeeping.C():
 			c.store.ExpireHistory()
+			c.ReleasePacks()
 			c.m.SetIndexValues(c.IndexStats()) // cardinality drifts with ingest
 			c.sampleAdvice()
 		}

@@ -204,6 +204,7 @@ func (lw *listWriter) moveItems(items []listItem, total int) (int, error) {
 			it.o.Move(heldFormat, pack, off+1)
 			off += 1 + len(it.raw)
 		}
+		pack.Seal() // all there: the cache may judge it by what it holds
 		if err := lw.writeRun(buf); err != nil {
 			return moved, err
 		}

@@ -33,11 +33,19 @@ func newPackedCache(t *testing.T, n int) *packedCache {
 }
 
 func newPackedCacheOf(t *testing.T, n int, sizes []int) *packedCache {
+	return newPackedCacheWith(t, n, sizes, func(*indexcache.Config) {})
+}
+
+// newPackedCacheWith is newPackedCacheOf with the cache's config as tune
+// leaves it.
+func newPackedCacheWith(t *testing.T, n int, sizes []int, tune func(*indexcache.Config)) *packedCache {
 	res := Resource{
 		GVR:  schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"},
 		Kind: "Widget", ListKind: "WidgetList", Singular: "widget", Namespaced: true, Custom: true,
 	}
-	cache, err := indexcache.New(res.CacheConfig())
+	cfg := res.CacheConfig()
+	tune(&cfg)
+	cache, err := indexcache.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,8 +254,8 @@ func TestSparsePacksAreLeft(t *testing.T) {
 	}
 }
 
-// LISTs at once, moving the same items while updates come in, write valid
-// lists (run with -race).
+// LISTs at once, moving the same items while updates come in and packs
+// are released, write valid lists (run with -race).
 func TestConcurrentListsMoveSafely(t *testing.T) {
 	const n = 150
 	pc := newPackedCache(t, n)
@@ -283,11 +291,25 @@ func TestConcurrentListsMoveSafely(t *testing.T) {
 			}
 		}()
 	}
+	// The budget's count and housekeeping's ReleasePacks run beside them.
+	stop := make(chan struct{})
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				pc.cache.ReleasePacks()
+				pc.cache.Held()
+			}
+		}
+	})
 	for _, o := range objs {
 		if err := pc.cache.Ingest().Update(o); err != nil {
 			t.Fatal(err)
 		}
 	}
+	close(stop)
 	wg.Wait()
 	pc.list("")
 }

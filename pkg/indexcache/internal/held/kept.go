@@ -1,6 +1,7 @@
 package held
 
 import (
+	"bytes"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -28,14 +29,31 @@ type Piece struct {
 // after another (a LIST's consecutive items), so that a reader can write a
 // run of them as it lies instead of copying each piece. What it holds is
 // the writer's business (package anyresource lays out JSON list items).
-type Pack struct{ buf []byte }
+//
+// A piece in a pack keeps all of it alive: the cache counts a pack whole
+// and moves the pieces still held out of one that is mostly dead (Loosen).
+type Pack struct {
+	buf    []byte
+	sealed atomic.Bool
+}
 
 // NewPack makes a pack of buf. Its maker writes each piece's bytes before
-// moving the piece there, and never modifies them after.
+// moving the piece there, never modifies them after, and seals the pack
+// once every piece it holds has been moved there.
 func NewPack(buf []byte) *Pack { return &Pack{buf: buf} }
 
 // Bytes is the pack's buffer: read only.
 func (p *Pack) Bytes() []byte { return p.buf }
+
+// Cap is the bytes the pack keeps alive.
+func (p *Pack) Cap() int { return cap(p.buf) }
+
+// Seal says that every piece the pack holds has been moved there: until
+// then, the pieces it holds so far are not a sign that the rest is dead.
+func (p *Pack) Seal() { p.sealed.Store(true) }
+
+// Sealed tells whether Seal was called.
+func (p *Pack) Sealed() bool { return p.sealed.Load() }
 
 func (k *Kept) Get(format string) []byte {
 	return k.Piece(format).Raw
@@ -70,6 +88,45 @@ func (k *Kept) Move(format string, pack *Pack, at int) {
 		next[i].Raw, next[i].Pack, next[i].At = pack.buf[at:at+n:at+n], pack, at
 		if k.pieces.CompareAndSwap(old, &next) {
 			return
+		}
+	}
+}
+
+// Pieces are the pieces kept: read only.
+func (k *Kept) Pieces() []Piece {
+	if p := k.pieces.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Loosen keeps each piece lying in a pack that leave names in a buffer of
+// its own instead, a copy of the same bytes, so that the pack can go once
+// no reader holds it; it returns the bytes copied. A piece moved elsewhere
+// meanwhile stays where it is.
+func (k *Kept) Loosen(leave func(*Pack) bool) int {
+	for {
+		old := k.pieces.Load()
+		if old == nil {
+			return 0
+		}
+		var next []Piece
+		n := 0
+		for i, pc := range *old {
+			if pc.Pack == nil || !leave(pc.Pack) {
+				continue
+			}
+			if next == nil {
+				next = slices.Clone(*old)
+			}
+			next[i] = Piece{Format: pc.Format, Raw: bytes.Clone(pc.Raw)}
+			n += len(pc.Raw)
+		}
+		if next == nil {
+			return 0
+		}
+		if k.pieces.CompareAndSwap(old, &next) {
+			return n
 		}
 	}
 }

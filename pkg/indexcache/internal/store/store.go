@@ -189,6 +189,24 @@ func (s *Store) Each(fn func(*held.Entry) bool) int {
 	return s.tree.Len()
 }
 
+// EachHeld calls cur with each current entry, in key order, and old with
+// each older version the event window holds (the state before each of
+// its events: a current entry never is one), under the read lock; it
+// returns how many objects there are. A deletion's final state and the
+// states made for watchers that stop matching are left out: they are
+// encoded anew, in buffers of their own, and read by no LIST.
+func (s *Store) EachHeld(cur, old func(*held.Entry)) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	s.tree.Ascend(func(e *held.Entry) bool { cur(e); return true })
+	for i := range s.window.Len() {
+		if e := s.window.At(i).Prev; e != nil {
+			old(e)
+		}
+	}
+	return s.tree.Len()
+}
+
 // Size is how many objects the store holds.
 func (s *Store) Size() int {
 	s.mu.RLock()
