@@ -148,6 +148,19 @@ func (r *Reader) Watch(ctx context.Context, opts indexcache.WatchOptions) (watch
 		return nil, err
 	}
 	c := r.cache
+	q := r.query(indexcache.ListOptions{Namespace: opts.Namespace, Label: opts.Label, Field: opts.Field})
+	if routed {
+		// Routed to upstream's state (a quiet resource): upstream's
+		// consistent read is itself as new as the request, so no read of
+		// its resourceVersion comes first.
+		select {
+		case r.slots <- struct{}{}:
+			if objs, rv, ok := r.ask(ctx, q, 0); ok {
+				return r.fromState(ctx, opts, objs, rv)
+			}
+		case <-ctx.Done():
+		}
+	}
 	want, err := c.UpstreamResourceVersion(ctx)
 	if err != nil {
 		return c.Watch(ctx, opts) // the cache answers the error as a watch does
@@ -159,31 +172,36 @@ func (r *Reader) Watch(ctx context.Context, opts indexcache.WatchOptions) (watch
 		o.ResourceVersion = fresh(want)
 		return c.Watch(ctx, o)
 	}
-	if c.ResourceVersion() >= want {
+	if c.ResourceVersion() >= want || routed {
 		return atCache()
 	}
-	if !routed {
-		bctx, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
-		_, err = c.WaitUntil(bctx, want, true, nil)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return atCache()
-		}
+	bctx, cancel := context.WithTimeout(ctx, time.Until(deadline)/2)
+	_, err = c.WaitUntil(bctx, want, true, nil)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return atCache()
 	}
 	slot, err := c.WaitUntil(ctx, want, false, r.slots)
 	if err != nil || !slot {
 		return atCache()
 	}
-	q := r.query(indexcache.ListOptions{Namespace: opts.Namespace, Label: opts.Label, Field: opts.Field})
 	objs, rv, ok := r.ask(ctx, q, want)
 	if !ok {
 		return atCache()
 	}
+	return r.fromState(ctx, opts, objs, rv)
+}
+
+// fromState opens the watch with upstream's state objs at rv, the cache's
+// events after rv following; the cache's own state at rv when it has gone
+// past rv and out of its window meanwhile (fresh enough then).
+func (r *Reader) fromState(ctx context.Context, opts indexcache.WatchOptions, objs []runtime.Object, rv uint64) (watch.Interface, error) {
+	c := r.cache
 	w, err := c.WatchFromState(ctx, opts, objs, rv)
 	if errors.IsResourceExpired(err) || errors.IsGone(err) {
-		// The cache went past rv meanwhile, and past its window: it is
-		// fresh enough to serve the state itself.
-		return atCache()
+		o := opts
+		o.ResourceVersion = fresh(rv)
+		return c.Watch(ctx, o)
 	}
 	return w, err
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Raw HTTP clients of the servers: LIST decoding and URL helpers.
@@ -82,6 +84,51 @@ func doGet(ctx context.Context, c *http.Client, url string) error {
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	return err
+}
+
+// watchListQuery makes a label LIST's URL a consistent WatchList: what an
+// informer starts with (client-go's WatchListClient).
+const watchListQuery = "&watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
+
+// doWatchListStart opens a WatchList and reads it up to its initial-events-end
+// bookmark, then closes it: the initial events it had.
+func doWatchListStart(ctx context.Context, c *http.Client, url string) (int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return 0, fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(b))
+	}
+	dec := json.NewDecoder(resp.Body)
+	for n := 0; ; {
+		var ev struct {
+			Type   string `json:"type"`
+			Object struct {
+				Metadata metav1.ObjectMeta `json:"metadata"`
+			} `json:"object"`
+		}
+		if err := dec.Decode(&ev); err != nil {
+			return n, fmt.Errorf("WatchList %s ended before its initial-events-end bookmark: %w", url, err)
+		}
+		switch {
+		case ev.Type == "ADDED":
+			n++
+		case ev.Type == "BOOKMARK" && ev.Object.Metadata.Annotations[metav1.InitialEventsAnnotationKey] == "true":
+			return n, nil
+		case ev.Type == "ERROR":
+			return n, fmt.Errorf("WatchList %s: an ERROR event", url)
+		}
+	}
 }
 
 func urlQueryEscape(s string) string {

@@ -176,9 +176,13 @@ func listPhase(ctx context.Context, s *stackInfo, o options, res *Results) {
 		// GETs by name; and the consistent reads again while the resource
 		// is busy (its objects patched, ~100/s): a consistent read of a
 		// quiet cache passes through, of a busy one is the cache's.
+		// And the start of a consistent label WatchList (an informer's
+		// start), quiet and busy: until its initial-events-end bookmark.
 		cases = append(cases[:2],
 			listCase{"get", true, 1, false}, listCase{"get", false, 1, false},
-			listCase{"cluster", false, 1, true}, listCase{"get", false, 1, true})
+			listCase{"watchlist", false, 1, false},
+			listCase{"cluster", false, 1, true}, listCase{"get", false, 1, true},
+			listCase{"watchlist", false, 1, true})
 	} else if o.listClients > 1 {
 		cases = append(cases, listCase{"namespaced", false, o.listClients, false})
 	}
@@ -235,9 +239,16 @@ func runListCase(ctx context.Context, s *stackInfo, o options, t target, scope s
 				a := rng.Intn(o.apps)
 				var err error
 				t0 := time.Now()
-				if scope == "get" {
+				switch scope {
+				case "get":
 					err = doGet(ctx, t.client, getURL(t, o, a, rng.Intn(o.podsPerApp), rv0))
-				} else {
+				case "watchlist":
+					var n int
+					n, err = doWatchListStart(ctx, t.client, listURL(t, o, "cluster", a, false)+watchListQuery)
+					if err == nil && n != o.podsPerApp {
+						err = fmt.Errorf("%s: %d initial events, want %d", appName(a), n, o.podsPerApp)
+					}
+				default:
 					var l *listResp
 					l, err = doList(ctx, t.client, listURL(t, o, scope, a, rv0))
 					if err == nil && len(l.Items) != o.podsPerApp {
