@@ -35,10 +35,16 @@ type Usage struct {
 type Candidate struct {
 	Resource string
 	// Estimate is the bytes it is expected to hold (its object count times
-	// the size of one object, from a LIST with limit=1).
+	// the average size of the objects of a LIST's first page).
 	Estimate int64
 	// Objects is the object count behind Estimate, for the message.
 	Objects int64
+	// AtLeast: kube-apiserver did not say how many objects there are, and
+	// Estimate and Objects are what a paged LIST read before it passed the
+	// room the budget had left. Such a candidate is refused even where the
+	// room has grown since: how much more it holds is unknown (it is
+	// estimated again before it starts).
+	AtLeast bool
 	// Passed: the bytes it held when it was last stopped for the budget;
 	// it comes back only when that much fits.
 	Passed int64
@@ -67,10 +73,13 @@ func (b Budget) Admit(running []Usage, c Candidate) error {
 	}
 	held := Held(running)
 	need := max(c.Estimate, c.Passed)
-	if held+need <= b.MaxBytes {
+	if held+need <= b.MaxBytes && !c.AtLeast {
 		return nil
 	}
-	why := fmt.Sprintf("about %s (%d objects, from a LIST with limit=1)", Bytes(c.Estimate), c.Objects)
+	why := fmt.Sprintf("about %s (%d objects, from a LIST's first page: their average size times the object count)", Bytes(c.Estimate), c.Objects)
+	if c.AtLeast {
+		why = fmt.Sprintf("at least %s (%d objects read in pages before passing the room left; kube-apiserver did not say how many there are)", Bytes(c.Estimate), c.Objects)
+	}
 	if c.Passed >= c.Estimate {
 		why = fmt.Sprintf("%s (what its cache held when the caches passed the budget and it was stopped)", Bytes(c.Passed))
 	}

@@ -35,6 +35,15 @@ func TestAdmitCountsBytes(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "4 objects") || !strings.Contains(err.Error(), "--max-cache-bytes=") {
 		t.Fatalf("over by one byte: %v", err)
 	}
+	// A paged estimate that stopped past the room says it is at least that.
+	err = b.Admit(running, Candidate{Resource: "a", Estimate: 401, Objects: 2, AtLeast: true})
+	if err == nil || !strings.Contains(err.Error(), "at least 401 (2 objects read in pages") {
+		t.Fatalf("a paged estimate past the room: %v", err)
+	}
+	// ...and is refused even where the room has grown since.
+	if err := b.Admit(nil, Candidate{Resource: "a", Estimate: 401, Objects: 2, AtLeast: true}); err == nil {
+		t.Fatal("a paged estimate that stopped at the room admitted")
+	}
 	// A resource stopped for the budget comes back only when what it held fits.
 	err = b.Admit(running, Candidate{Resource: "a", Estimate: 10, Passed: 500})
 	if err == nil || !strings.Contains(err.Error(), "when the caches passed the budget") {

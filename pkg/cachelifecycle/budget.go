@@ -20,27 +20,76 @@ import (
 // and the feeds' errors looked at.
 const defaultBudgetInterval = 2 * time.Second
 
-// estimate reads one object of res and how many there are: the bytes it
-// would hold are estimated before anything is cached, its object count (a
-// LIST with limit=1: one object and remainingItemCount) times that
-// object's size.
-func estimate(ctx context.Context, kube kubernetes.Interface, res anyresource.Resource) (objects, bytes int64, err error) {
+// The size estimate's pages: the first reads estimatePage objects, each
+// further one (only where kube-apiserver gives no remainingItemCount)
+// about estimatePageBytes, or what the room has left, by the objects'
+// average size so far; at most maxEstimatePage objects.
+const (
+	estimatePage      = 100
+	estimatePageBytes = 4 << 20
+	maxEstimatePage   = 10000
+)
+
+// sizeEstimate is what a resource's cache is expected to hold.
+type sizeEstimate struct {
+	objects, bytes int64
+	// atLeast: the estimate stopped reading once it passed the room the
+	// budget had left; the resource holds at least this much.
+	atLeast bool
+}
+
+// estimate reads how large res is before anything of it is cached: the
+// first page of a LIST (estimatePage objects), and the object count
+// kube-apiserver gives with it (remainingItemCount) times their average
+// size. Where kube-apiserver gives no count (it always does for a LIST
+// without selectors; an aggregated API may not), it reads on in pages,
+// keeping none, until the LIST ends or what it read passes room (the bytes
+// the budget has left): then the resource is refused without its first
+// LIST ever being read whole. call makes each call to kube-apiserver, with
+// its deadline.
+func estimate(call func(func(context.Context) error) error, kube kubernetes.Interface, res anyresource.Resource, room int64) (sizeEstimate, error) {
 	raw := upstream.RawResource(res.GVR, res.Namespaced, nil)
-	list, err := raw.List(ctx, kube, "", metav1.ListOptions{Limit: 1})
-	if err != nil {
-		return 0, 0, err
+	var est sizeEstimate
+	opts := metav1.ListOptions{Limit: estimatePage}
+	for {
+		var l *upstream.RawList
+		err := call(func(ctx context.Context) error {
+			list, err := raw.List(ctx, kube, "", opts)
+			if err == nil {
+				l = list.(*upstream.RawList)
+			}
+			return err
+		})
+		if err != nil {
+			return sizeEstimate{}, err
+		}
+		// A server that ignores the limit sends every object: all counted.
+		for _, it := range l.Items {
+			est.bytes += int64(len(it.Raw))
+		}
+		est.objects += int64(len(l.Items))
+		switch {
+		case l.Continue == "":
+			return est, nil
+		case l.RemainingItemCount != nil:
+			if est.objects > 0 {
+				est.bytes += *l.RemainingItemCount * est.bytes / est.objects
+			}
+			est.objects += *l.RemainingItemCount
+			return est, nil
+		case est.bytes > room:
+			est.atLeast = true
+			return est, nil
+		}
+		// The next page: about estimatePageBytes, or just past the room
+		// when less is left, at the average size so far.
+		next := int64(estimatePage)
+		if est.bytes > 0 {
+			want := min(estimatePageBytes, room-est.bytes)
+			next = min(want*est.objects/est.bytes+1, maxEstimatePage)
+		}
+		opts = metav1.ListOptions{Limit: next, Continue: l.Continue}
 	}
-	l := list.(*upstream.RawList)
-	if len(l.Items) == 0 {
-		return 0, 0, nil
-	}
-	objects = 1
-	if l.RemainingItemCount != nil {
-		objects += *l.RemainingItemCount
-	} else if l.Continue != "" {
-		objects = 2 // more, but kube-apiserver did not say how many
-	}
-	return objects, objects * int64(len(l.Items[0].Raw)), nil
 }
 
 // usageLocked measures what each running cache holds now (no call to

@@ -35,16 +35,20 @@ func (a *Caches) checkLocked(s *state) {
 	}
 	// The size is asked only where the budget could admit it by count.
 	needSize := a.budget.MaxBytes > 0 && (a.budget.MaxResources <= 0 || running < a.budget.MaxResources)
-	go a.check(s, s.attempt, s.checked, s.gone, needSize)
+	// What the budget has left, as last measured: a paged estimate stops
+	// reading past it.
+	room := a.budget.MaxBytes - a.held
+	go a.check(s, s.attempt, s.checked, s.gone, needSize, room)
 }
 
 // check asks kube-apiserver how s's resource is served, whether this
-// server may read it and (needSize) how large it is, each call with a
-// deadline; then, with the lock, admits and starts it, or refuses it with
-// why, unless its state moved on meanwhile (its policies went).
-func (a *Caches) check(s *state, attempt int, checked chan struct{}, gone string, needSize bool) {
+// server may read it and (needSize) how large it is (reading no further
+// than just past room), each call with a deadline; then, with the lock,
+// admits and starts it, or refuses it with why, unless its state moved on
+// meanwhile (its policies went).
+func (a *Caches) check(s *state, attempt int, checked chan struct{}, gone string, needSize bool, room int64) {
 	defer close(checked)
-	found, err := a.lookUp(s.name, gone, needSize)
+	found, err := a.lookUp(s.name, gone, needSize, room)
 	a.mu.Lock()
 	if a.states[s.name] != s || s.phase != phaseResolving || s.attempt != attempt {
 		a.mu.Unlock()
@@ -71,7 +75,7 @@ func (a *Caches) check(s *state, attempt int, checked chan struct{}, gone string
 // admitAndStartLocked asks the budget (against what the caches hold now)
 // and starts the cache of s if it fits.
 func (a *Caches) admitAndStartLocked(s *state, found resourceOf) error {
-	cand := cachebudget.Candidate{Resource: s.name, Passed: s.cand.Passed, Objects: found.objects, Estimate: found.bytes}
+	cand := cachebudget.Candidate{Resource: s.name, Passed: s.cand.Passed, Objects: found.size.objects, Estimate: found.size.bytes, AtLeast: found.size.atLeast}
 	if err := a.budget.Admit(a.usageLocked(), cand); err != nil {
 		var ex *cachebudget.Exceeded
 		if !errors.As(s.err, &ex) {
@@ -95,7 +99,7 @@ func (a *Caches) admitAndStartLocked(s *state, found resourceOf) error {
 }
 
 // lookUp makes the checks' calls to kube-apiserver, each with a deadline.
-func (a *Caches) lookUp(resource, gone string, needSize bool) (resourceOf, error) {
+func (a *Caches) lookUp(resource, gone string, needSize bool, room int64) (resourceOf, error) {
 	res, err := a.resolve(resource, gone)
 	if err != nil {
 		return resourceOf{}, err
@@ -105,13 +109,12 @@ func (a *Caches) lookUp(resource, gone string, needSize bool) (resourceOf, error
 	}
 	found := resourceOf{res: res}
 	if needSize {
-		ctx, cancel := a.callContext()
-		defer cancel()
-		err = bounded(ctx, func() error {
-			var err error
-			found.objects, found.bytes, err = estimate(ctx, a.kube, res)
-			return err
-		})
+		call := func(f func(context.Context) error) error {
+			ctx, cancel := a.callContext()
+			defer cancel()
+			return bounded(ctx, func() error { return f(ctx) })
+		}
+		found.size, err = estimate(call, a.kube, res, room)
 		if err != nil {
 			return resourceOf{}, a.late(feedError(res, err))
 		}

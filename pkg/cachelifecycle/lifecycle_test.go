@@ -16,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/index-apiserver/index-apiserver/pkg/cachebudget"
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
@@ -38,6 +40,9 @@ type harness struct {
 	ssars  map[string]int  // reviews asked, by resource
 	feeds  map[string]*atomic.Pointer[error]
 	resync atomic.Int32
+	// upstream, when set before the first Ensure, serves the raw LISTs of
+	// the size estimate (the fake clientset has no REST client).
+	upstream kubernetes.Interface
 }
 
 func newHarness(t *testing.T, budget cachebudget.Budget) *harness {
@@ -93,6 +98,13 @@ func newHarness(t *testing.T, budget cachebudget.Budget) *harness {
 type reviewingKube struct {
 	*fake.Clientset
 	h *harness
+}
+
+func (k reviewingKube) CoreV1() corev1client.CoreV1Interface {
+	if k.h.upstream != nil {
+		return k.h.upstream.CoreV1()
+	}
+	return k.Clientset.CoreV1()
 }
 
 func (k reviewingKube) AuthorizationV1() authorizationv1client.AuthorizationV1Interface {

@@ -132,7 +132,7 @@ func (a *Caches) countLocked(p phase) int {
 // resourceOf is what a check found: how the resource is served, and its
 // size (objects, bytes) if the budget needs it.
 type resourceOf struct {
-	res            anyresource.Resource
-	objects, bytes int64
-	estimated      bool
+	res       anyresource.Resource
+	size      sizeEstimate
+	estimated bool
 }

@@ -117,8 +117,8 @@ func metricValue(t *testing.T, series string) (float64, bool) {
 }
 
 // TestAnyResourceBudgets: --max-cached-resources and --max-cache-bytes
-// refuse a resource before its cache starts (the estimate from a LIST with
-// limit=1 for bytes), and a cache that grows past the bytes budget is
+// refuse a resource before its cache starts (the estimate from a LIST's
+// first page for bytes), and a cache that grows past the bytes budget is
 // stopped and passes its reads through, each visibly: the policies'
 // Ready=False OverBudget, index_apiserver_cache_over_budget_resources, and
 // the stopped cache's series gone.

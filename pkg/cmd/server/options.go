@@ -145,7 +145,7 @@ func (b *BudgetOptions) AddFlags(fs *pflag.FlagSet) {
 				cachebudget.ShareDenominator, cachebudget.Bytes(cachebudget.FallbackMaxBytes))+
 			"Measured, the caches it counts take 3 to 3.6 times their bytes in RSS (indexes, event window, Go's heap headroom): a full default budget is at most about 45% of the limit, "+
 			"the rest is for pods and nodes (not counted here), watches, requests and the process; the derived value is logged at start. "+
-			"Before a cache starts, its size is estimated from a LIST with limit=1 (one object times remainingItemCount); a resource that would not fit is refused. "+
+			"Before a cache starts, its size is estimated from a LIST's first page of 100 objects (their average size times remainingItemCount; without a count, pages are read, none kept, until the LIST ends or passes the room left); a resource that would not fit is refused. "+
 			"The caches are measured every 2s: while they hold more, the newest cache is stopped and its memory given back, its reads pass through to kube-apiserver, "+
 			"and it starts again once what it held fits. Either way its policies read Ready=False, reason OverBudget, and "+
 			"index_apiserver_cache_over_budget_resources counts it. 0: no budget. "+
