@@ -208,7 +208,7 @@ var (
 	// IndexPolicies name beyond pods and nodes hold, against the flags.
 	CacheHeldBytes = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: namespace, Name: "cache_held_bytes",
-		Help:           "Bytes of kube-apiserver's JSON a cache started by IndexPolicies holds (what --max-cache-bytes counts), per resource; the series goes with the cache.",
+		Help:           "Bytes of kube-apiserver's JSON a cache started by IndexPolicies holds (what --max-cache-bytes counts: the buffers its current objects keep alive, each pack a whole LIST moved them into whole), per resource; the series goes with the cache.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource"})
 	CacheBudgetHeldBytes = metrics.NewGauge(&metrics.GaugeOpts{
