@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -216,6 +217,10 @@ func (a *Caches) fromDiscovery(resource string, gr schema.GroupResource) (anyres
 	if err != nil {
 		return anyresource.Resource{}, err
 	}
+	major, minor, err := a.kubeVersion()
+	if err != nil {
+		return anyresource.Resource{}, fmt.Errorf("reading kube-apiserver's version: %w", err)
+	}
 	return anyresource.Resource{
 		GVR:        gvr,
 		Kind:       gvk.Kind,
@@ -223,5 +228,20 @@ func (a *Caches) fromDiscovery(resource string, gr schema.GroupResource) (anyres
 		Singular:   strings.ToLower(gvk.Kind),
 		Namespaced: mapping.Scope.Name() == meta.RESTScopeNameNamespace,
 		Fields:     anyresource.BuiltInFields(gvr),
+		Warnings:   anyresource.BuiltInWarnings(gvk, major, minor),
 	}, nil
+}
+
+// kubeVersion is kube-apiserver's major and minor version, which decide
+// whether it warns that a built-in is deprecated ("1", "37+" read as 1, 37).
+func (a *Caches) kubeVersion() (major, minor int, err error) {
+	v, err := a.kube.Discovery().ServerVersion()
+	if err != nil {
+		return 0, 0, err
+	}
+	number := func(s string) int {
+		n, _ := strconv.Atoi(strings.TrimRightFunc(s, func(r rune) bool { return r < '0' || r > '9' }))
+		return n
+	}
+	return number(v.Major), number(v.Minor), nil
 }

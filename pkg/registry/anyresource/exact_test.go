@@ -348,3 +348,21 @@ func TestBuiltInFieldLabels(t *testing.T) {
 		t.Errorf("jobs: %v (status.successful is not at its own path)", f)
 	}
 }
+
+// TestBuiltInWarnings: a deprecated built-in gets kube-apiserver's
+// deprecation warning from the version that deprecated it on; others none.
+func TestBuiltInWarnings(t *testing.T) {
+	endpoints := schema.GroupVersionKind{Version: "v1", Kind: "Endpoints"}
+	want := "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice"
+	if got := anyresource.BuiltInWarnings(endpoints, 1, 37); len(got) != 1 || got[0] != want {
+		t.Errorf("Endpoints at 1.37: %q, want %q", got, want)
+	}
+	if got := anyresource.BuiltInWarnings(endpoints, 1, 32); got != nil {
+		t.Errorf("Endpoints at 1.32: %q, want none", got)
+	}
+	for _, gvk := range []schema.GroupVersionKind{{Version: "v1", Kind: "ConfigMap"}, {Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice"}, {Group: "example.com", Version: "v1", Kind: "Widget"}} {
+		if got := anyresource.BuiltInWarnings(gvk, 1, 37); got != nil {
+			t.Errorf("%v: %q, want none", gvk, got)
+		}
+	}
+}
