@@ -35,6 +35,13 @@ func (s *configMapServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	if r.URL.Query().Get("watch") == "true" {
+		// A WatchList that selects nothing: its end bookmark, as
+		// kube-apiserver sends it (the resolver reads it, kubeBookmark).
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"7","annotations":{"k8s.io/initial-events-end":"true"}}}}` + "\n"))
+		return
+	}
 	from, _ := strconv.Atoi(r.URL.Query().Get("continue"))
 	to := s.n
 	if l, _ := strconv.Atoi(r.URL.Query().Get("limit")); l > 0 && !s.ignoreLimit {

@@ -146,7 +146,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}()
 	switch outcome {
 	case OutcomeCache:
-		h.cfg.Cache.ServeHTTP(mw.writer(), inner)
+		h.cfg.Cache.ServeHTTP(mw.writer(), unpagedAtRV0(inner, info))
 	case OutcomeFallback:
 		mw.countBytes = true
 		mw.auditID = w.Header().Get(auditinternal.HeaderAuditID)
@@ -192,6 +192,24 @@ func consistent(info *request.RequestInfo, query url.Values) (consistentread.Sha
 		return consistentread.ShapeWhole, query.Get("continue") == ""
 	}
 	return 0, false
+}
+
+// unpagedAtRV0 drops the limit of a LIST at resourceVersion 0, which
+// kube-apiserver's watch cache ignores (k8s.io/apiserver's
+// cacher.computeListLimit): it answers every object, without a continue
+// token, and so does a cache under the prefix. Events are the exception:
+// kube-apiserver keeps no watch cache of them by default (its
+// DefaultWatchCacheSizes), and etcd pages them. The mirrors page such a
+// LIST (their documented contract).
+func unpagedAtRV0(req *http.Request, info *request.RequestInfo) *http.Request {
+	q := req.URL.Query()
+	if info.Verb != "list" || q.Get("resourceVersion") != "0" || !q.Has("limit") || info.Resource == "events" && (info.APIGroup == "" || info.APIGroup == "events.k8s.io") {
+		return req
+	}
+	q.Del("limit")
+	out := req.Clone(req.Context())
+	out.URL.RawQuery = q.Encode()
+	return out
 }
 
 // innerRequest returns the request as kube-apiserver would see it at its

@@ -656,3 +656,43 @@ func TestConsistentReadsRouted(t *testing.T) {
 		}
 	}
 }
+
+// TestListAtRV0IsNotPaged (issue 38, found by the differential): a cached
+// LIST at resourceVersion 0 reaches the cache without its limit, as
+// kube-apiserver's watch cache ignores it there; other reads keep it.
+func TestListAtRV0IsNotPaged(t *testing.T) {
+	up, err := NewUpstream(&rest.Config{Host: "https://127.0.0.1:1", BearerToken: "server-token"}, nil, codecs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		"/api/v1/namespaces/ns/pods?resourceVersion=0&limit=1&labelSelector=a%3Db":   "labelSelector=a%3Db&resourceVersion=0",
+		"/api/v1/pods?resourceVersion=0&resourceVersionMatch=NotOlderThan&limit=500": "resourceVersion=0&resourceVersionMatch=NotOlderThan",
+		"/api/v1/pods?resourceVersion=5&limit=1":                                     "resourceVersion=5&limit=1",
+		"/api/v1/pods?limit=1":                                                       "limit=1",
+		"/api/v1/pods?watch=true&resourceVersion=0&limit=1":                          "watch=true&resourceVersion=0&limit=1",
+		"/api/v1/namespaces/ns/pods/c?resourceVersion=0":                             "resourceVersion=0",
+	} {
+		var got string
+		h := New(Config{
+			Cache:    http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = r.URL.RawQuery }),
+			Cached:   CoreCached,
+			Upstream: up,
+		})
+		req := httptest.NewRequest("GET", Prefix+path, nil)
+		req = req.WithContext(request.WithUser(req.Context(), &user.DefaultInfo{Name: "alice"}))
+		chain(h, &fakeAuthorizer{allow: true}).ServeHTTP(httptest.NewRecorder(), req)
+		if got != want {
+			t.Errorf("%s: the cache got %q, want %q", path, got, want)
+		}
+	}
+	// Events: etcd pages them at kube-apiserver, which has no watch cache
+	// of them.
+	for _, group := range []string{"", "events.k8s.io"} {
+		req := httptest.NewRequest("GET", "/api/v1/namespaces/ns/events?resourceVersion=0&limit=1", nil)
+		info := &request.RequestInfo{Verb: "list", APIGroup: group, Resource: "events"}
+		if got := unpagedAtRV0(req, info); got.URL.RawQuery != "resourceVersion=0&limit=1" {
+			t.Errorf("events (group %q) at rv=0: the cache got %q, want the limit kept", group, got.URL.RawQuery)
+		}
+	}
+}

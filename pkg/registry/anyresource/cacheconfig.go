@@ -64,6 +64,9 @@ func (r Resource) CacheConfig() indexcache.Config {
 // bookmark is an empty object of r, the kind of a bookmark event's object.
 func (r Resource) bookmark() runtime.Object {
 	gvk := r.GVK()
+	if r.Bookmark != nil {
+		return r.Bookmark.DeepCopyObject()
+	}
 	if !r.Custom && kubescheme.Scheme.Recognizes(gvk) {
 		if obj, err := kubescheme.Scheme.New(gvk); err == nil {
 			return obj

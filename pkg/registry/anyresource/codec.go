@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
 
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache"
 	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
@@ -121,8 +122,12 @@ var newline = []byte("\n")
 // WriteList writes a LIST page from its items' held bytes when encode is
 // plain JSON; false, having written nothing, otherwise.
 func (c Codec) WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object, whole bool) (bool, error) {
-	if plain, err := c.plainJSON(id, encode); err != nil || !plain {
+	plain, err := c.plainJSON(id, encode)
+	if err != nil {
 		return false, err
+	}
+	if !plain {
+		return c.writeYAMLList(w, id, encode, envelope, items, whole)
 	}
 	var out []byte
 	if c.BuiltIn {
@@ -156,6 +161,73 @@ func (c Codec) WriteList(w io.Writer, id runtime.Identifier, encode func(runtime
 		_, err := bw.Write(tail)
 		return err
 	})
+}
+
+// writeYAMLList writes a built-in's LIST page in YAML when encode is the
+// YAML encoder: kube-apiserver's YAML is its JSON converted (sorted keys),
+// so the page's JSON, written from the items' held bytes, is converted
+// here. Decoded into Unstructured objects instead, each item would carry
+// a kind and apiVersion that a built-in's list items do not have. False,
+// having written nothing, for any other encoder or a custom resource
+// (whose items carry both, as decoded).
+func (c Codec) writeYAMLList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, envelope runtime.Object, items []*indexcache.Object, whole bool) (bool, error) {
+	if !c.BuiltIn {
+		return false, nil
+	}
+	if isYAML, err := c.yamlOfJSON(id, encode); err != nil || !isYAML {
+		return false, err
+	}
+	head, err := builtInEnvelope(envelope)
+	if err != nil {
+		return false, err
+	}
+	marker := []byte(`"items":[]`)
+	at := bytes.Index(head, marker)
+	if at < 0 {
+		return false, nil
+	}
+	var page bytes.Buffer
+	bw := bufio.NewWriter(&page)
+	if _, err := bw.Write(head[:at+len(marker)-1]); err != nil {
+		return false, err
+	}
+	if err := writeItems(bw, &page, items, whole); err != nil {
+		return false, err
+	}
+	if _, err := bw.Write(head[at+len(marker)-1:]); err != nil {
+		return false, err
+	}
+	if err := bw.Flush(); err != nil {
+		return false, err
+	}
+	out, err := yaml.JSONToYAML(page.Bytes())
+	if err != nil {
+		return false, err
+	}
+	_, err = w.Write(out)
+	return true, err
+}
+
+// yamlOfJSON tells whether encode is the YAML encoder: its output for an
+// object with only apiVersion and kind is that object's JSON as YAML.
+// Learned once per encoder.
+func (c Codec) yamlOfJSON(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (bool, error) {
+	key := plainKey{id: id, gvk: c.GVK, yaml: true}
+	if v, ok := plain.Load(key); ok {
+		return v.(bool), nil
+	}
+	probe := &unstructured.Unstructured{}
+	probe.SetGroupVersionKind(c.GVK)
+	var buf bytes.Buffer
+	if err := encode(probe, &buf); err != nil {
+		return false, err
+	}
+	want, err := yaml.JSONToYAML([]byte(`{"apiVersion":"` + c.GVK.GroupVersion().String() + `","kind":"` + c.GVK.Kind + `"}`))
+	if err != nil {
+		return false, err
+	}
+	v, _ := plain.LoadOrStore(key, bytes.Equal(buf.Bytes(), want))
+	return v.(bool), nil
 }
 
 // builtInEnvelope is a built-in's LIST body without items as its compiled
@@ -205,8 +277,9 @@ func (c Codec) plainJSON(id runtime.Identifier, encode func(runtime.Object, io.W
 }
 
 type plainKey struct {
-	id  runtime.Identifier
-	gvk schema.GroupVersionKind
+	id   runtime.Identifier
+	gvk  schema.GroupVersionKind
+	yaml bool // the fact is yamlOfJSON's, not plainJSON's
 }
 
 // plain holds facts about the process's encoders.

@@ -56,6 +56,10 @@ type Resource struct {
 	// Warnings go with every request of the resource in Warning headers, as
 	// kube-apiserver adds a deprecated CRD version's deprecation warning.
 	Warnings []string
+	// Bookmark is a built-in's bookmark object as kube-apiserver writes it
+	// (an empty object, metadata aside); nil: the compiled type's empty
+	// object.
+	Bookmark runtime.Object
 }
 
 // Codec is how the resource's cache holds and writes its objects.
@@ -226,10 +230,16 @@ func (r *Registry) handler(info *request.RequestInfo) *Handler {
 	r.mu.RLock()
 	h := r.handlers[schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}]
 	r.mu.RUnlock()
-	if h == nil || (!h.res.Namespaced && info.Namespace != "") {
+	if h == nil || (!h.res.Namespaced && info.Namespace != "" && !namespaceByName(info)) {
 		return nil
 	}
 	return h
+}
+
+// namespaceByName tells a GET of a namespace (/api/v1/namespaces/x), whose
+// request info names it as its own namespace too, as kube-apiserver's does.
+func namespaceByName(info *request.RequestInfo) bool {
+	return info.APIGroup == "" && info.Resource == "namespaces" && info.Namespace == info.Name
 }
 
 // Route decides where a consistent read (a GET, or a LIST's first page) of
