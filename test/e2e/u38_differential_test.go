@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"regexp"
 	"sort"
@@ -31,6 +32,7 @@ type u38DiffResource struct {
 	gvr      schema.GroupVersionResource
 	scoped   bool // namespaced
 	manifest string
+	crd      string // a custom resource's CustomResourceDefinition
 }
 
 func (r u38DiffResource) base() string {
@@ -54,14 +56,14 @@ kind: ConfigMap
 metadata: {name: d%[1]d, namespace: u38-diff, labels: {u38d: "yes", idx: "%[1]d"}, annotations: {a: b}}
 data: {k: "v%[1]d", z: "last", a: "first"}
 binaryData: {b: aGVsbG8=}
-`},
+`, ""},
 	{"secrets", schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, true, `
 apiVersion: v1
 kind: Secret
 metadata: {name: d%[1]d, namespace: u38-diff, labels: {u38d: "yes"}}
 type: Opaque
 stringData: {user: "u%[1]d"}
-`},
+`, ""},
 	{"services", schema.GroupVersionResource{Version: "v1", Resource: "services"}, true, `
 apiVersion: v1
 kind: Service
@@ -69,13 +71,13 @@ metadata: {name: d%[1]d, namespace: u38-diff, labels: {u38d: "yes"}}
 spec:
   selector: {app: "d%[1]d"}
   ports: [{name: http, port: 80, targetPort: 8080}]
-`},
+`, ""},
 	{"serviceaccounts", schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}, true, `
 apiVersion: v1
 kind: ServiceAccount
 metadata: {name: d%[1]d, namespace: u38-diff, labels: {u38d: "yes"}}
 automountServiceAccountToken: false
-`},
+`, ""},
 	{"events", schema.GroupVersionResource{Version: "v1", Resource: "events"}, true, `
 apiVersion: v1
 kind: Event
@@ -86,13 +88,13 @@ message: "event %[1]d"
 type: Normal
 source: {component: u38}
 count: 1
-`},
+`, ""},
 	{"endpoints", schema.GroupVersionResource{Version: "v1", Resource: "endpoints"}, true, `
 apiVersion: v1
 kind: Endpoints
 metadata: {name: d%[1]d, namespace: u38-diff, labels: {u38d: "yes"}}
 subsets: [{addresses: [{ip: "10.0.0.%[1]d"}], ports: [{name: http, port: 8080}]}]
-`},
+`, ""},
 	{"endpointslices.discovery.k8s.io", schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}, true, `
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -100,7 +102,7 @@ metadata: {name: d%[1]d, namespace: u38-diff, labels: {u38d: "yes", kubernetes.i
 addressType: IPv4
 endpoints: [{addresses: ["10.0.1.%[1]d"], conditions: {ready: true}}]
 ports: [{name: http, port: 8080, protocol: TCP}]
-`},
+`, ""},
 	{"jobs.batch", schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}, true, `
 apiVersion: batch/v1
 kind: Job
@@ -111,7 +113,7 @@ spec:
     spec:
       restartPolicy: Never
       containers: [{name: c, image: busybox, args: ["%[1]d"]}]
-`},
+`, ""},
 	{"deployments.apps", schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, true, `
 apiVersion: apps/v1
 kind: Deployment
@@ -122,7 +124,7 @@ spec:
   template:
     metadata: {labels: {app: "d%[1]d"}}
     spec: {containers: [{name: c, image: busybox}]}
-`},
+`, ""},
 	{"replicasets.apps", schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}, true, `
 apiVersion: apps/v1
 kind: ReplicaSet
@@ -133,7 +135,7 @@ spec:
   template:
     metadata: {labels: {rs: "d%[1]d"}}
     spec: {containers: [{name: c, image: busybox}]}
-`},
+`, ""},
 	{"statefulsets.apps", schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, true, `
 apiVersion: apps/v1
 kind: StatefulSet
@@ -145,23 +147,105 @@ spec:
   template:
     metadata: {labels: {ss: "d%[1]d"}}
     spec: {containers: [{name: c, image: busybox}]}
-`},
+`, ""},
 	{"leases.coordination.k8s.io", schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}, true, `
 apiVersion: coordination.k8s.io/v1
 kind: Lease
 metadata: {name: d%[1]d, namespace: u38-diff, labels: {u38d: "yes"}}
 spec: {holderIdentity: "h%[1]d", leaseDurationSeconds: 15}
-`},
+`, ""},
 	{"namespaces", schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, false, `
 apiVersion: v1
 kind: Namespace
 metadata: {name: u38-diff-%[1]d, labels: {u38d: "yes"}}
+`, ""},
+}
+
+// u38DiffCustom: three shapes of custom resource. A root that keeps
+// unknown fields (keys before apiVersion); a structural one at a
+// deprecated version with printer columns and a selectable field; a
+// cluster-scoped one.
+var u38DiffCustom = []u38DiffResource{
+	{"u38loose.u38d.example.com", schema.GroupVersionResource{Group: "u38d.example.com", Version: "v1", Resource: "u38loose"}, true, `
+apiVersion: u38d.example.com/v1
+kind: U38Loose
+metadata: {name: d%[1]d, namespace: u38-diff, labels: {u38d: "yes"}}
+additionalInfo: {a: "%[1]d"}
+Zone: z%[1]d
+_x: [1, 2]
+spec: {anything: {nested: true}}
+`, `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: u38loose.u38d.example.com}
+spec:
+  group: u38d.example.com
+  scope: Namespaced
+  names: {plural: u38loose, singular: u38loosething, kind: U38Loose, listKind: U38LooseList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+`},
+	{"u38typed.u38d.example.com", schema.GroupVersionResource{Group: "u38d.example.com", Version: "v1beta1", Resource: "u38typed"}, true, `
+apiVersion: u38d.example.com/v1beta1
+kind: U38Typed
+metadata: {name: d%[1]d, namespace: u38-diff, labels: {u38d: "yes"}}
+spec: {queue: "q%[1]d", size: %[1]d}
+`, `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: u38typed.u38d.example.com}
+spec:
+  group: u38d.example.com
+  scope: Namespaced
+  names: {plural: u38typed, singular: u38typedthing, kind: U38Typed, listKind: U38TypedList}
+  versions:
+  - name: v1beta1
+    served: true
+    storage: true
+    deprecated: true
+    deprecationWarning: "u38d.example.com/v1beta1 U38Typed: use something else"
+    selectableFields: [{jsonPath: .spec.queue}]
+    additionalPrinterColumns:
+    - {name: Queue, type: string, jsonPath: .spec.queue}
+    - {name: Size, type: integer, jsonPath: .spec.size}
+    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              queue: {type: string}
+              size: {type: integer}
+`},
+	{"u38clusters.u38d.example.com", schema.GroupVersionResource{Group: "u38d.example.com", Version: "v1", Resource: "u38clusters"}, false, `
+apiVersion: u38d.example.com/v1
+kind: U38Cluster
+metadata: {name: u38-diff-%[1]d, labels: {u38d: "yes"}}
+spec: {region: "r%[1]d"}
+`, `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: u38clusters.u38d.example.com}
+spec:
+  group: u38d.example.com
+  scope: Cluster
+  names: {plural: u38clusters, singular: u38cluster, kind: U38Cluster, listKind: U38ClusterList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, x-kubernetes-preserve-unknown-fields: true}}}}
 `},
 }
 
-// u38DiffName is the name of a resource's object i.
+// name is the name of a resource's object i.
 func (r u38DiffResource) name(i int) string {
-	if r.gvr.Resource == "namespaces" {
+	if !r.scoped {
 		return fmt.Sprintf("u38-diff-%d", i)
 	}
 	return fmt.Sprintf("d%d", i)
@@ -190,7 +274,13 @@ func TestU38Differential(t *testing.T) {
 	admin := newClients(t, adminConfig)
 	const grant = "e2e-index-apiserver-reads-u38-diff"
 	groups := map[string][]string{}
-	for _, r := range u38DiffResources {
+	all := append(append([]u38DiffResource(nil), u38DiffResources...), u38DiffCustom...)
+	for _, r := range all {
+		if r.crd != "" {
+			if err := stack.ApplyYAML(ctx, []byte(r.crd)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		groups[r.gvr.Group] = append(groups[r.gvr.Group], r.gvr.Resource)
 	}
 	for group, resources := range groups {
@@ -204,11 +294,10 @@ func TestU38Differential(t *testing.T) {
 		_ = admin.kube.RbacV1().ClusterRoles().Delete(ctx, grant, metav1.DeleteOptions{})
 	})
 	_, _ = admin.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: u38DiffNS}}, metav1.CreateOptions{})
-	for _, r := range u38DiffResources {
+	for _, r := range all {
 		for i := range 2 {
-			if err := stack.ApplyYAML(ctx, []byte(fmt.Sprintf(r.manifest, i))); err != nil {
-				t.Fatalf("%s %d: %v", r.policy, i, err)
-			}
+			// A custom resource waits for its CRD to be established.
+			eventually(t, 30*time.Second, func() error { return stack.ApplyYAML(ctx, []byte(fmt.Sprintf(r.manifest, i))) })
 		}
 		name := "u38d-" + strings.ReplaceAll(r.policy, ".", "-")
 		if _, err := createPolicy(t, ctx, admin, name, configv1alpha1.IndexPolicySpec{Resource: r.policy, Labels: []string{"u38d"}}); err != nil {
@@ -218,7 +307,7 @@ func TestU38Differential(t *testing.T) {
 			_ = admin.index.ConfigV1alpha1().IndexPolicies().Delete(context.Background(), name, metav1.DeleteOptions{})
 		})
 	}
-	for _, r := range u38DiffResources {
+	for _, r := range all {
 		waitPolicy(t, ctx, admin, "u38d-"+strings.ReplaceAll(r.policy, ".", "-"), metav1.ConditionTrue, metav1.ConditionTrue)
 		u38FromCache(t, ctx, r.base())
 	}
@@ -238,7 +327,7 @@ func TestU38Differential(t *testing.T) {
 		b = u38Continue.ReplaceAll(b, []byte(`"continue":"C"`))
 		return u38Age.ReplaceAll(b, []byte(`"AGE"`))
 	}
-	for _, r := range u38DiffResources {
+	for _, r := range all {
 		base := r.base()
 		sel := "labelSelector=" + url.QueryEscape("u38d=yes")
 		reads := []struct{ path, accept string }{
@@ -252,8 +341,12 @@ func TestU38Differential(t *testing.T) {
 			{base + "?resourceVersion=0&" + sel, protobufType},
 			{base + "?resourceVersion=0&" + sel, tableType},
 			{base + "?resourceVersion=0&" + sel, pomlType},
+			{base + "?resourceVersion=0&" + sel, pomlProtobuf},
 			{base + "?resourceVersion=0&limit=1&" + sel, jsonType},
 			{base + "?resourceVersion=0&fieldSelector=" + url.QueryEscape("metadata.name="+r.name(0)), jsonType},
+		}
+		if r.gvr.Resource == "u38typed" {
+			reads = append(reads, struct{ path, accept string }{base + "?resourceVersion=0&fieldSelector=" + url.QueryEscape("spec.queue=q1"), jsonType})
 		}
 		for _, e := range proxyEntries() {
 			t.Run(r.policy+"/"+e.name, func(t *testing.T) {
@@ -263,11 +356,16 @@ func TestU38Differential(t *testing.T) {
 					got := u38Get(t, ctx, e.host, rd.path, rd.accept)
 					// A built-in's Table passes through: kube-apiserver
 					// prints each with its own columns (docs/indexpolicy.md).
-					if e.name == "direct" && rd.accept != tableType && cacheServed(t) == before {
+					// So does a custom resource's protobuf, which
+					// kube-apiserver does not offer (its 406).
+					passes := (rd.accept == tableType && r.crd == "") || (rd.accept == protobufType && r.crd != "")
+					if e.name == "direct" && !passes && cacheServed(t) == before {
 						t.Errorf("%s (%s): not served from the cache", rd.path, rd.accept)
 					}
-					list := func(b []byte) []byte { return norm(u38WithoutListRV(b, true)) }
-					if rd.accept == protobufType || rd.accept == yamlType {
+					list := func(b []byte) []byte {
+						return norm(u38WithoutListRV(b, r.crd == "" || rd.accept == tableType || rd.accept == pomlType))
+					}
+					if (strings.HasPrefix(rd.accept, protobufType) || rd.accept == yamlType) && want.code == http.StatusOK {
 						// The list's resourceVersion is found by its key in
 						// JSON only; compare one-object answers whole, and
 						// a list's items through its JSON twin above.
@@ -347,13 +445,16 @@ func u38ItemsOf(t *testing.T, body []byte, accept string) []byte {
 			out = append(out, l)
 		}
 		return bytes.Join(out, nil)
-	case protobufType:
+	case protobufType, pomlProtobuf:
 		return u38ProtoWithoutListMeta(t, body)
 	}
 	return body
 }
 
-const u38YAML = "application/yaml"
+const (
+	u38YAML      = "application/yaml"
+	pomlProtobuf = protobufType + ";as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+)
 
 // u38ProtoWithoutListMeta cuts the ListMeta (field 1) out of a protobuf
 // LIST body: the k8s envelope (magic, runtime.Unknown) with its raw

@@ -131,10 +131,20 @@ func NewHandler(res Resource, cache readonly.Cache, minRequestTimeout time.Durat
 	var extra []runtime.SerializerInfo
 	if pb, ok := protobufInfo(gvk, res.Custom); ok {
 		extra = append(extra, pb)
+	} else if res.Custom {
+		extra = append(extra, metaProtobufInfo())
 	}
 	ns := newNegotiated(t, conv, extra...)
 	var standard []runtime.SerializerInfo
-	standard = append(standard, metaCodecs.SupportedMediaTypes()...)
+	for _, info := range metaCodecs.SupportedMediaTypes() {
+		// A custom resource itself is JSON or YAML only: asked for in
+		// protobuf, kube-apiserver answers 406 (in protobuf), naming the
+		// three its serializer offers, as here.
+		if res.Custom && info.MediaType == runtime.ContentTypeProtobuf {
+			continue
+		}
+		standard = append(standard, info)
+	}
 	scope := &handlers.RequestScope{
 		Namer:               handlers.ContextBasedNaming{Namer: meta.NewAccessor(), ClusterScoped: !res.Namespaced},
 		Serializer:          ns,

@@ -75,3 +75,18 @@ func compiled(obj runtime.Object) (runtime.Object, error) {
 	out.GetObjectKind().SetGroupVersionKind(gvk)
 	return out, nil
 }
+
+// metaProtobufInfo is protobuf for a custom resource's reads, as
+// apiextensions-apiserver offers it: for what a read answers besides the
+// resource (Status, PartialObjectMetadata as=...), never for the custom
+// resource itself, which the handler's StandardSerializers refuse.
+func metaProtobufInfo() runtime.SerializerInfo {
+	return runtime.SerializerInfo{
+		MediaType: runtime.ContentTypeProtobuf, MediaTypeType: "application", MediaTypeSubType: "vnd.kubernetes.protobuf",
+		Serializer: protobuf.NewSerializer(metaScheme, metaScheme),
+		StreamSerializer: &runtime.StreamSerializerInfo{
+			Serializer: protobuf.NewRawSerializer(metaScheme, metaScheme),
+			Framer:     protobuf.LengthDelimitedFramer,
+		},
+	}
+}
