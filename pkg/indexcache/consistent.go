@@ -64,6 +64,7 @@ func (c *Cache) Select(objs []runtime.Object, rv uint64, opts ListOptions) (*Lis
 	for i, e := range entries {
 		res.Items[i] = c.object(e)
 	}
+	withoutManagedFields(res.Items, opts.WithoutManagedFields)
 	c.m.List(res.Index)
 	return res, nil
 }

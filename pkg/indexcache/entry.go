@@ -33,6 +33,18 @@ func (c *Cache) objects(es []*held.Entry) []*Object {
 	return out
 }
 
+// withoutManagedFields makes a page's items, just handed out and not yet
+// shared, views without managedFields (Object.WithoutManagedFields) when
+// asked to: in place, as the page's slab holds them.
+func withoutManagedFields(items []*Object, yes bool) {
+	if !yes {
+		return
+	}
+	for _, o := range items {
+		o.noManagedFields = true
+	}
+}
+
 // handOut makes o the entry's Object: decoded on demand when the entry is
 // held compact.
 func (c *Cache) handOut(o *Object, e *held.Entry) {

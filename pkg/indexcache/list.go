@@ -122,7 +122,9 @@ func (c *Cache) List(ctx context.Context, opts ListOptions) (*ListResult, error)
 		}
 		v = c.store.Live(pred, opts.Limit > 0)
 	}
-	return c.page(v, pred, prefix, startKey, opts.Limit), nil
+	res := c.page(v, pred, prefix, startKey, opts.Limit)
+	withoutManagedFields(res.Items, opts.WithoutManagedFields)
+	return res, nil
 }
 
 func isExpired(err error) bool {

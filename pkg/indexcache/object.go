@@ -32,6 +32,13 @@ import (
 // (metav1.Object, SetGroupVersionKind) first switch the wrapper to a private
 // copy, which is encoded afresh and keeps nothing, as kube-apiserver's
 // cachingObject does.
+//
+// An Object may be a view without metadata.managedFields
+// (WithoutManagedFields): the same version, kept serializations and all,
+// whose decoded object, copies and metadata have none. The cache holds
+// managedFields; a view hides them from whoever serves it (the
+// indexing.k8s.io mirrors), and the Encoder keeps its serializations apart
+// from the full object's (HidesManagedFields).
 type Object struct {
 	mu      sync.RWMutex
 	obj     runtime.Object // nil while the entry is held compact
@@ -43,6 +50,9 @@ type Object struct {
 	src  *held.Entry
 	from *Cache
 	typ  reflect.Type // of the decoded object
+	// noManagedFields: a view without metadata.managedFields, for good
+	// (set when made, never changed: read without the lock).
+	noManagedFields bool
 }
 
 // Pack is a buffer of kept pieces of consecutive objects (Object.Move).
@@ -114,14 +124,59 @@ func (o *Object) init(obj runtime.Object, k *held.Kept, enc Encoder) {
 	o.obj, o.meta, o.kept, o.enc = obj, m, k, enc
 }
 
+// WithoutManagedFields returns o as a view without metadata.managedFields
+// (see Object): a new Object over the same version, sharing its kept
+// serializations, so that a view handed to many readers is decoded and
+// encoded as o is, at most once per format. o itself is not changed.
+func (o *Object) WithoutManagedFields() *Object {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	if o.private {
+		// A setter made o's object its own: the view gets its own too.
+		out := newObject(dropManagedFields(o.obj.DeepCopyObject()), nil, o.enc)
+		out.private, out.noManagedFields = true, true
+		return out
+	}
+	return &Object{obj: o.obj, meta: o.meta, kept: o.kept, enc: o.enc, src: o.src, from: o.from, typ: o.typ, noManagedFields: true}
+}
+
+// HidesManagedFields tells whether o is a view without
+// metadata.managedFields: an Encoder keeps what it writes for it under
+// formats of its own, since the full object's serializations carry them.
+func (o *Object) HidesManagedFields() bool { return o.noManagedFields }
+
+// dropManagedFields clears the managedFields of obj, an object of the
+// caller's own or a shallow copy: only the copy's metadata field is set
+// (an Unstructured's content is copied first, as its shallow copies share
+// it).
+func dropManagedFields(obj runtime.Object) runtime.Object {
+	m, err := meta.Accessor(obj)
+	if err != nil || m.GetManagedFields() == nil {
+		return obj
+	}
+	if _, ok := obj.(runtime.Unstructured); ok {
+		obj = obj.DeepCopyObject()
+		if m, err = meta.Accessor(obj); err != nil {
+			return obj
+		}
+	}
+	m.SetManagedFields(nil)
+	return obj
+}
+
 // CacheEncode writes the object as encode does, from kept bytes when this
 // version was encoded so before.
 func (o *Object) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
 	if o.enc != nil {
 		return o.enc.CacheEncode(o, id, encode, w)
 	}
-	// Without a serving layer's Encoder: keep each encoder's output whole.
-	raw, err := o.Kept(string(id), func() ([]byte, error) {
+	// Without a serving layer's Encoder: keep each encoder's output whole
+	// (a view's apart from the full object's).
+	format := string(id)
+	if o.noManagedFields {
+		format += noManagedFieldsFormat
+	}
+	raw, err := o.Kept(format, func() ([]byte, error) {
 		var buf bytes.Buffer
 		err := encode(o.Decoded(), &buf)
 		return buf.Bytes(), err
@@ -131,6 +186,10 @@ func (o *Object) CacheEncode(id runtime.Identifier, encode func(runtime.Object, 
 	}
 	return WriteRaw(w, raw)
 }
+
+// noManagedFieldsFormat marks the formats a view's serializations are kept
+// under when the cache has no Encoder.
+const noManagedFieldsFormat = "\x00without-managedFields"
 
 // Kept returns the piece kept under format, made by make the first time.
 // A private copy keeps nothing.
@@ -180,15 +239,20 @@ func (o *Object) Move(format string, pack *Pack, at int) {
 //
 // A compact object is decoded for each call and kept nowhere: that is what
 // an encoder gets the first time it is asked for a format, after which it
-// is written from kept bytes.
+// is written from kept bytes. A view's has no managedFields.
 func (o *Object) Decoded() runtime.Object {
 	o.mu.RLock()
 	obj := o.obj
 	o.mu.RUnlock()
 	if obj == nil {
-		return o.from.decoded(o.src)
+		obj = o.from.decoded(o.src)
+	} else {
+		obj = shallowCopy(obj)
 	}
-	return shallowCopy(obj)
+	if o.noManagedFields {
+		obj = dropManagedFields(obj)
+	}
+	return obj
 }
 
 // WriteRaw writes kept bytes, without copying them when w can splice.
@@ -201,19 +265,29 @@ func WriteRaw(w io.Writer, raw []byte) error {
 	return err
 }
 
-// GetObject returns a copy the caller owns.
+// GetObject returns a copy the caller owns (a view's without managedFields).
 func (o *Object) GetObject() runtime.Object {
 	o.ensure()
 	o.mu.RLock()
 	defer o.mu.RUnlock()
-	return o.obj.DeepCopyObject()
+	return o.ownCopy()
 }
 
 func (o *Object) DeepCopyObject() runtime.Object {
 	o.ensure()
 	o.mu.RLock()
 	defer o.mu.RUnlock()
-	return newObject(o.obj.DeepCopyObject(), nil, o.enc)
+	return newObject(o.ownCopy(), nil, o.enc)
+}
+
+// ownCopy deep-copies the object, without managedFields for a view; o.mu
+// is held.
+func (o *Object) ownCopy() runtime.Object {
+	obj := o.obj.DeepCopyObject()
+	if o.noManagedFields {
+		obj = dropManagedFields(obj)
+	}
+	return obj
 }
 
 // GetObjectKind returns the wrapper itself, so that setting the kind copies
@@ -247,7 +321,7 @@ func (o *Object) set(noop func() bool, apply func()) {
 		return
 	}
 	if !o.private {
-		o.obj = o.obj.DeepCopyObject()
+		o.obj = o.ownCopy()
 		o.meta, _ = meta.Accessor(o.obj)
 		o.private = true
 	}
@@ -285,6 +359,9 @@ func (o *Object) GetOwnerReferences() []metav1.OwnerReference {
 	return o.get().GetOwnerReferences()
 }
 func (o *Object) GetManagedFields() []metav1.ManagedFieldsEntry {
+	if o.noManagedFields {
+		return nil
+	}
 	return o.get().GetManagedFields()
 }
 

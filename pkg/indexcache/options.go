@@ -49,7 +49,9 @@ type Config struct {
 	NewFunc func() runtime.Object
 	// Transform converts what the reflector delivers (e.g. *corev1.Pod) into the
 	// object the cache stores and serves (e.g. *indexing.Pod). It runs once per
-	// object at ingest and must drop managedFields.
+	// object at ingest. managedFields may stay: readers that must not see
+	// them ask for views without them (ListOptions, WatchOptions,
+	// Object.WithoutManagedFields).
 	Transform func(obj interface{}) (runtime.Object, error)
 	// Compaction, if set, holds each object version as bytes (and what its
 	// indexes and selectors need decoded) instead of the decoded object,
@@ -123,6 +125,9 @@ type ListOptions struct {
 	ResourceVersionMatch metav1.ResourceVersionMatch
 	Limit                int64
 	Continue             string
+	// WithoutManagedFields hands the items out as views without
+	// metadata.managedFields (Object.WithoutManagedFields).
+	WithoutManagedFields bool
 }
 
 // ListResult is one page of a list.
@@ -152,6 +157,10 @@ type WatchOptions struct {
 	ResourceVersionMatch metav1.ResourceVersionMatch
 	SendInitialEvents    *bool
 	AllowWatchBookmarks  bool
+	// WithoutManagedFields delivers the events' objects as views without
+	// metadata.managedFields (Object.WithoutManagedFields): one per event
+	// and watcher, over the object all the event's watchers share.
+	WithoutManagedFields bool
 }
 
 // IndexStat describes one index, for IndexPolicy status and metrics.

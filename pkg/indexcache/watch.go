@@ -72,6 +72,7 @@ func (c *Cache) Watch(ctx context.Context, opts WatchOptions) (watch.Interface, 
 		}
 	}
 	w := c.disp.NewWatcher(pred, opts.AllowWatchBookmarks)
+	w.View = watchView(opts)
 	for attempt := range maxRegisterAttempts {
 		// The last attempt prepares under the lock, so neither a relist nor
 		// an event window turning over meanwhile can send it back.
@@ -129,7 +130,7 @@ func (c *Cache) register(w *dispatch.Watcher, pre []watch.Event, sendState, endB
 			if pred.Matches(e) {
 				// A wrapper per event (setters copy), the serializations
 				// kept with the entry.
-				initial = append(initial, watch.Event{Type: watch.Added, Object: c.object(e)})
+				initial = append(initial, watch.Event{Type: watch.Added, Object: w.Viewed(c.object(e))})
 			}
 		}
 		if !v.Indexed {
@@ -221,14 +222,15 @@ func (c *Cache) WatchFromState(ctx context.Context, opts WatchOptions, objs []ru
 	if err != nil {
 		return nil, err
 	}
+	w := c.disp.NewWatcher(pred, opts.AllowWatchBookmarks)
+	w.View = watchView(opts)
 	pre := make([]watch.Event, 0, len(entries)+1)
 	for _, e := range entries {
-		pre = append(pre, watch.Event{Type: watch.Added, Object: c.object(e)})
+		pre = append(pre, watch.Event{Type: watch.Added, Object: w.Viewed(c.object(e))})
 	}
 	if opts.AllowWatchBookmarks {
 		pre = append(pre, dispatch.BookmarkEvent(c.cfg.NewFunc(), rv, true))
 	}
-	w := c.disp.NewWatcher(pred, opts.AllowWatchBookmarks)
 	for attempt := range maxRegisterAttempts {
 		ok, err := c.register(w, pre, false, false, rv, attempt == maxRegisterAttempts-1)
 		if err != nil {
@@ -239,6 +241,20 @@ func (c *Cache) WatchFromState(ctx context.Context, opts WatchOptions, objs []ru
 		}
 	}
 	return nil, errRestartedWhileStarting()
+}
+
+// watchView is what a watcher of opts is sent of each event's object: a
+// view without managedFields when opts asks for one, else the object.
+func watchView(opts WatchOptions) func(runtime.Object) runtime.Object {
+	if !opts.WithoutManagedFields {
+		return nil
+	}
+	return func(obj runtime.Object) runtime.Object {
+		if o, ok := obj.(*Object); ok {
+			return o.WithoutManagedFields()
+		}
+		return obj
+	}
 }
 
 // errRestartedWhileStarting: every attempt to register a watcher was sent

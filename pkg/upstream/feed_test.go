@@ -1,7 +1,9 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/index-apiserver/index-apiserver/pkg/apis/indexing"
+	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
 )
 
 // recordingSink is a cache.Store that only records resourceVersion updates.
@@ -128,19 +133,42 @@ func TestCurrentResourceVersion(t *testing.T) {
 	}
 }
 
-func TestTransformDropsManagedFields(t *testing.T) {
+// TestTransformKeepsManagedFields: pods and nodes are held with their
+// managedFields, as kube-apiserver sent them (the core view writes them; the
+// mirrors hand out views without them); the metadata decoded at ingest goes
+// without, as for any resource.
+func TestTransformKeepsManagedFields(t *testing.T) {
 	p := pod("3")
-	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate}}
 	p.Spec.NodeName = "n1"
-	out, err := Pods.Transform(p)
+	raw, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := out.(interface {
-		GetManagedFields() []metav1.ManagedFieldsEntry
-	})
-	if len(m.GetManagedFields()) != 0 {
-		t.Fatal("managedFields kept")
+	fromFeed, err := rawobject.Decode(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []interface{}{p, fromFeed} {
+		out, err := Pods.Transform(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := out.(*rawobject.Object)
+		if !bytes.Contains(held.Raw, []byte(`"managedFields":[{"manager":"kubectl","operation":"Update"}]`)) {
+			t.Fatalf("%T: held %s", in, held.Raw)
+		}
+		if len(held.GetManagedFields()) != 0 {
+			t.Fatalf("%T: managedFields decoded at ingest", in)
+		}
+		typed, err := DecodePod(held.Raw)
+		if err != nil || len(typed.(*indexing.Pod).ManagedFields) != 1 {
+			t.Fatalf("%T: decoded %v, %v", in, typed, err)
+		}
+	}
+	out, err := Pods.Transform(p)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if vals := Pods.Fields["spec.nodeName"](out); len(vals) != 1 || vals[0] != "n1" {
 		t.Fatalf("spec.nodeName = %v", vals)

@@ -121,14 +121,16 @@ func heldCore(gvr schema.GroupVersionResource, namespaced bool, m mirrorType) Re
 			return fn(t)
 		}
 	}
-	// The feed delivers held objects, managedFields and all: the mirrors
-	// drop them (their documented contract). A compiled object (tests,
-	// benchmarks that load the cache without kube-apiserver) is held as its
-	// JSON.
+	// The feed delivers held objects, managedFields and all, and the cache
+	// holds them so: the core view under the cluster proxy prefix writes
+	// them as kube-apiserver does, the mirrors hand out views without them
+	// (their documented contract; readonly.Resource.DropManagedFields). A
+	// compiled object (tests, benchmarks that load the cache without
+	// kube-apiserver) is held as its JSON.
 	res.Transform = func(obj interface{}) (runtime.Object, error) {
 		switch o := obj.(type) {
 		case *rawobject.Object:
-			return o.WithoutManagedFields()
+			return o, nil
 		case runtime.Object:
 			raw, err := m.encode(o)
 			if err != nil {
@@ -162,7 +164,7 @@ func DecodeNode(raw []byte) (runtime.Object, error) {
 }
 
 // encodePod writes a compiled pod (core/v1 or the mirror's) as held bytes:
-// its JSON without kind, apiVersion and managedFields.
+// its JSON without kind and apiVersion, managedFields included.
 func encodePod(obj runtime.Object) ([]byte, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
@@ -185,9 +187,9 @@ func encodeNode(obj runtime.Object) ([]byte, error) {
 }
 
 // heldJSON is a core/v1 object's JSON from its parts, as kube-apiserver
-// writes a list item (no kind, no apiVersion), without managedFields.
+// writes a list item (no kind, no apiVersion), managedFields included:
+// encoded.Compaction compares it with kube-apiserver's JSON, which has them.
 func heldJSON[Spec, Status any](m metav1.ObjectMeta, spec Spec, status Status) ([]byte, error) {
-	m.ManagedFields = nil
 	return json.Marshal(&struct {
 		metav1.ObjectMeta `json:"metadata,omitempty"`
 		Spec              Spec   `json:"spec,omitempty"`

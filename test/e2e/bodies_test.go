@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	indexscheme "github.com/index-apiserver/index-apiserver/pkg/generated/clientset/versioned/scheme"
+	"github.com/index-apiserver/index-apiserver/pkg/rawobject"
 	"github.com/index-apiserver/index-apiserver/test/localstack"
 	"github.com/index-apiserver/index-apiserver/test/realistic"
 )
@@ -26,10 +28,9 @@ import (
 // random selectors, page sizes, scopes (a namespace, all) and past
 // resourceVersions (Exact), every page of a core pod LIST and a GET under the cluster proxy, in JSON and in
 // protobuf, at index-apiserver directly and through the aggregator, is
-// byte for byte kube-apiserver's /api/v1 body, managedFields aside (the
-// cache drops them, as documented: kube-apiserver's body is decoded, its
-// managedFields cleared, and encoded again by client-go's codecs, which
-// give back kube-apiserver's exact body when nothing is cleared).
+// byte for byte kube-apiserver's /api/v1 body, managedFields included. The
+// mirror (indexing.k8s.io) answers the same pods without managedFields, as
+// documented: kube-apiserver's body with them cut out.
 func TestClusterProxyBodiesEqualKubeAPIServer(t *testing.T) {
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
@@ -117,7 +118,7 @@ func TestClusterProxyBodiesEqualKubeAPIServer(t *testing.T) {
 		}
 		for page := 0; ; page++ {
 			name := fmt.Sprintf("%d %s %s page %d ?%s", i, entry, accept, page, q.Encode())
-			want := withoutManagedFields(t, name, bodyOf(t, ctx, kube, path, q, accept), accept)
+			want := bodyOf(t, ctx, kube, path, q, accept)
 			got := bodyOf(t, ctx, entries[entry].raw, localstack.ClusterProxyPrefix+path, q, accept)
 			if !bytes.Equal(got, want) {
 				t.Fatalf("%s: body differs from kube-apiserver's\n got %q\nwant %q", name, got, want)
@@ -129,18 +130,73 @@ func TestClusterProxyBodiesEqualKubeAPIServer(t *testing.T) {
 			q = url.Values{"continue": {cont}, "limit": q["limit"], "labelSelector": q["labelSelector"], "fieldSelector": q["fieldSelector"]}
 		}
 
-		// A consistent GET is passed through to kube-apiserver
-		// (consistentread.Reader.Route), managedFields and all; the same
-		// GET at resourceVersion=0 is the cache's.
+		// A consistent GET (passed through to kube-apiserver or answered by
+		// the cache, consistentread.Reader.Route) and the same GET at
+		// resourceVersion=0 (the cache's).
 		get := "/api/v1/namespaces/" + ns + "/pods/" + names[rng.Intn(len(names))]
-		want := withoutManagedFields(t, get, bodyOf(t, ctx, kube, get, nil, accept), accept)
-		if got := withoutManagedFields(t, get, bodyOf(t, ctx, entries[entry].raw, localstack.ClusterProxyPrefix+get, nil, accept), accept); !bytes.Equal(got, want) {
+		want := bodyOf(t, ctx, kube, get, nil, accept)
+		if got := bodyOf(t, ctx, entries[entry].raw, localstack.ClusterProxyPrefix+get, nil, accept); !bytes.Equal(got, want) {
 			t.Fatalf("%d %s %s GET %s: body differs from kube-apiserver's\n got %q\nwant %q", i, entry, accept, get, got, want)
 		}
 		rv0 := url.Values{"resourceVersion": {"0"}}
-		want = withoutManagedFields(t, get, bodyOf(t, ctx, kube, get, rv0, accept), accept)
+		want = bodyOf(t, ctx, kube, get, rv0, accept)
 		if got := bodyOf(t, ctx, entries[entry].raw, localstack.ClusterProxyPrefix+get, rv0, accept); !bytes.Equal(got, want) {
 			t.Fatalf("%d %s %s GET %s: body differs from kube-apiserver's\n got %q\nwant %q", i, entry, accept, get, got, want)
+		}
+		if accept == "application/json" && !bytes.Contains(want, []byte(`"managedFields":[`)) {
+			t.Fatalf("%d GET %s: kube-apiserver's body has no managedFields: %q", i, get, want)
+		}
+	}
+
+	// The mirror: the same pods, each kube-apiserver's JSON list item
+	// without managedFields (all but apiVersion and kind, which the
+	// mirror's envelope has), in JSON and protobuf, LIST and GET.
+	mirror := "/apis/indexing.k8s.io/v1alpha1/namespaces/" + ns + "/pods"
+	rv0 := url.Values{"resourceVersion": {"0"}}
+	kubeItems := map[string][]byte{}
+	for _, item := range listItems(t, bodyOf(t, ctx, kube, "/api/v1/namespaces/"+ns+"/pods", nil, "application/json")) {
+		o, err := rawobject.Decode(item)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kubeItems[o.Name], err = rawobject.DropManagedFields(o.Raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range entryNames {
+		items := listItems(t, bodyOf(t, ctx, entries[e].raw, mirror, rv0, "application/json"))
+		if len(items) != len(kubeItems) {
+			t.Fatalf("mirror LIST at %s: %d pods, want %d", e, len(items), len(kubeItems))
+		}
+		for _, item := range items {
+			o, err := rawobject.Decode(item)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(o.Raw, kubeItems[o.Name]) {
+				t.Fatalf("mirror LIST at %s: pod %s\n got %s\nwant %s", e, o.Name, o.Raw, kubeItems[o.Name])
+			}
+		}
+		name := names[rng.Intn(len(names))]
+		if got := bodyOf(t, ctx, entries[e].raw, mirror+"/"+name, rv0, "application/json"); !bytes.Equal(got,
+			[]byte(`{"kind":"Pod","apiVersion":"indexing.k8s.io/v1alpha1",`+string(kubeItems[name][1:])+"\n")) {
+			t.Fatalf("mirror GET %s at %s: %s", name, e, got)
+		}
+		for _, path := range []string{mirror, mirror + "/" + name} {
+			info, _ := runtime.SerializerInfoForMediaType(indexscheme.Codecs.SupportedMediaTypes(), protobufType)
+			obj, _, err := info.Serializer.Decode(bodyOf(t, ctx, entries[e].raw, path, rv0, protobufType), nil, nil)
+			if err != nil {
+				t.Fatalf("mirror %s at %s in protobuf: %v", path, e, err)
+			}
+			objs := []runtime.Object{obj}
+			if meta.IsListType(obj) {
+				objs, _ = meta.ExtractList(obj)
+			}
+			for _, o := range objs {
+				if m, err := meta.Accessor(o); err != nil || len(m.GetManagedFields()) != 0 {
+					t.Fatalf("mirror %s at %s in protobuf: managedFields %v (%v)", path, e, m.GetManagedFields(), err)
+				}
+			}
 		}
 	}
 }
@@ -169,42 +225,6 @@ func codecFor(t *testing.T, accept string) runtime.SerializerInfo {
 		t.Fatalf("no serializer for %s", accept)
 	}
 	return info
-}
-
-// withoutManagedFields is kube-apiserver's body with its objects'
-// managedFields cleared. It first checks that client-go's codecs give the
-// body back unchanged when nothing is cleared, so only managedFields differ.
-func withoutManagedFields(t *testing.T, name string, body []byte, accept string) []byte {
-	t.Helper()
-	info := codecFor(t, accept)
-	obj, _, err := info.Serializer.Decode(body, nil, nil)
-	if err != nil {
-		t.Fatalf("%s: decoding kube-apiserver's body: %v", name, err)
-	}
-	enc := scheme.Codecs.EncoderForVersion(info.Serializer, corev1.SchemeGroupVersion)
-	encode := func() []byte {
-		var buf bytes.Buffer
-		if err := enc.Encode(obj, &buf); err != nil {
-			t.Fatal(err)
-		}
-		return buf.Bytes()
-	}
-	if again := encode(); !bytes.Equal(again, body) {
-		t.Fatalf("%s: client-go's codecs do not give kube-apiserver's body back\n got %q\nwant %q", name, again, body)
-	}
-	clear := func(o runtime.Object) {
-		if m, err := meta.Accessor(o); err == nil {
-			m.SetManagedFields(nil)
-		}
-	}
-	if meta.IsListType(obj) {
-		if err := meta.EachListItem(obj, func(o runtime.Object) error { clear(o); return nil }); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		clear(obj)
-	}
-	return encode()
 }
 
 func listContinue(t *testing.T, body []byte, accept string) string {

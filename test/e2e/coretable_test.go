@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -207,6 +208,20 @@ func TestCoreTablesAsKube(t *testing.T) {
 		}
 	}
 
+	// The mirror's tables of the same pods: the same rows, whose objects
+	// (metadata or whole) have no managedFields, its contract.
+	for _, q := range []string{"", "&includeObject=Object"} {
+		mirror := getTable(t, kube, adminConfig.Host+"/apis/indexing.k8s.io/v1alpha1/namespaces/"+ns+"/pods?labelSelector="+selector+q)
+		if len(mirror.Rows) != len(pods) {
+			t.Fatalf("mirror table%s: %d rows, want %d", q, len(mirror.Rows), len(pods))
+		}
+		for _, r := range mirror.Rows {
+			if bytes.Contains(r.Object.Raw, []byte("managedFields")) {
+				t.Errorf("mirror table%s: a row object has managedFields: %s", q, r.Object.Raw)
+			}
+		}
+	}
+
 	// A watch in Table form: column definitions on the first event only,
 	// as kube-apiserver sends them, and the rows of its list.
 	watchPath := "/api/v1/namespaces/" + ns + "/pods?watch=1&labelSelector=" + selector
@@ -347,10 +362,8 @@ func compareTables(t *testing.T, before, after, got *metav1.Table) {
 		if !reflect.DeepEqual(kr.Conditions, gr.Conditions) {
 			t.Errorf("row %s: conditions %+v, kube-apiserver %+v", name, gr.Conditions, kr.Conditions)
 		}
-		// The row objects (PartialObjectMetadata by default), but for
-		// managedFields, which the cache drops (docs/cluster-proxy.md) and
-		// a read passed through to kube-apiserver keeps
-		// (consistentread.Reader.Route).
+		// The row objects (PartialObjectMetadata by default), managedFields
+		// and all, as kube-apiserver's.
 		var ko, gobj map[string]any
 		if err := json.Unmarshal(kr.Object.Raw, &ko); err != nil {
 			t.Fatalf("row %s: kube-apiserver's object: %v", name, err)
@@ -358,10 +371,8 @@ func compareTables(t *testing.T, before, after, got *metav1.Table) {
 		if err := json.Unmarshal(gr.Object.Raw, &gobj); err != nil {
 			t.Fatalf("row %s: object: %v", name, err)
 		}
-		for _, o := range []map[string]any{ko, gobj} {
-			if m, ok := o["metadata"].(map[string]any); ok {
-				delete(m, "managedFields")
-			}
+		if m, _ := ko["metadata"].(map[string]any); m["managedFields"] == nil {
+			t.Errorf("row %s: kube-apiserver's object has no managedFields: %s", name, kr.Object.Raw)
 		}
 		if !reflect.DeepEqual(ko, gobj) {
 			t.Errorf("row %s: object %s, kube-apiserver %s", name, gr.Object.Raw, kr.Object.Raw)

@@ -63,8 +63,8 @@ func NewHandler(pods, nodes readonly.Cache, opts Options) (*Handler, error) {
 		Root:         "/api",
 		GroupVersion: corev1.SchemeGroupVersion,
 		Storage: map[string]rest.Storage{
-			"pods":  REST{pod.NewREST(pods)},
-			"nodes": REST{node.NewREST(nodes)},
+			"pods":  REST{withManagedFields(pod.NewREST(pods))},
+			"nodes": REST{withManagedFields(node.NewREST(nodes))},
 		},
 		AllServedVersionsByResource: map[string][]string{"pods": {"v1"}, "nodes": {"v1"}},
 		OptionsExternalVersion:      &schema.GroupVersion{Version: "v1"},
@@ -89,6 +89,13 @@ func NewHandler(pods, nodes readonly.Cache, opts Options) (*Handler, error) {
 		return nil, fmt.Errorf("installing the core view: %w", err)
 	}
 	return &Handler{container: container}, nil
+}
+
+// withManagedFields is a mirror's storage answering with managedFields, as
+// kube-apiserver does: the caches hold them, the mirrors drop them.
+func withManagedFields(r *readonly.REST) *readonly.REST {
+	r.DropManagedFields = false
+	return r
 }
 
 // ServeHTTP dispatches to the generic handlers without go-restful's ServeMux

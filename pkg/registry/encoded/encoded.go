@@ -4,12 +4,20 @@
 // format, then every GET, LIST page, watch event and WatchList initial event
 // writes those bytes.
 //
-// What is kept is the object's body alone, the same for every view of it: in
-// JSON the object without its kind and apiVersion (exactly what a list item
-// is), in protobuf the object's message (the raw bytes of the runtime.Unknown
-// envelope, again what a list item is). The mirror group
-// (indexing.k8s.io/v1alpha1) and the core view (v1) have the same fields, so
-// both views write the same kept body, each with its own envelope.
+// What is kept is the object's body alone: in JSON the object without its
+// kind and apiVersion (exactly what a list item is), in protobuf the
+// object's message (the raw bytes of the runtime.Unknown envelope, again
+// what a list item is). The mirror group (indexing.k8s.io/v1alpha1) and the
+// core view (v1) have the same fields, each writing a body with its own
+// envelope; but the core view writes managedFields, as kube-apiserver does,
+// and the mirrors never do. The core view's objects are the cache's (its
+// JSON body is the held JSON, managedFields and all); the mirrors' are views
+// without managedFields (indexcache.Object.WithoutManagedFields), whose
+// bodies are kept apart, under formats of their own: each is the core body
+// with managedFields cut out where that is kept (always in the format the
+// object is held in: a field the compiled types do not know reaches both
+// views, and nothing is decoded), else encoded from the view's decoded
+// object; at most once per version and format too.
 //
 // Nothing about the codecs is assumed: the envelope of each encoder
 // (identified by its runtime.Identifier) is learned from its first output,
@@ -36,6 +44,19 @@ const (
 	JSON     = "json"
 	Protobuf = "protobuf"
 )
+
+// withoutManagedFields is the suffix of the formats a view without
+// managedFields keeps its bodies under (JSON + withoutManagedFields).
+const withoutManagedFields = "/without-managedFields"
+
+// keptFormat is the format o's bodies of format are kept under: its own
+// for a view without managedFields.
+func keptFormat(o *indexcache.Object, format string) string {
+	if o.HidesManagedFields() {
+		return format + withoutManagedFields
+	}
+	return format
+}
 
 // Objects is the cache's Encoder (indexcache.Config.Encoder).
 type Objects struct{}
@@ -132,9 +153,19 @@ func shapeFor(id runtime.Identifier, t reflect.Type, encode func(runtime.Object,
 }
 
 // keptBody returns o's body in sh's format, encoding it the first time; an
-// output not of sh's shape comes back whole as direct, kept nowhere.
+// output not of sh's shape comes back whole as direct, kept nowhere. A view
+// without managedFields cuts its body out of the full object's kept one
+// when there is one (there always is in the format the object is held
+// in), and encodes its decoded object only when there is none.
 func keptBody(o *indexcache.Object, sh *shape, encode func(runtime.Object, io.Writer) error) (body, direct []byte, err error) {
-	body, err = o.Kept(sh.format, func() ([]byte, error) {
+	body, err = o.Kept(keptFormat(o, sh.format), func() ([]byte, error) {
+		if o.HidesManagedFields() {
+			if full, _, _, ok := o.KeptIn(sh.format); ok {
+				if cut, ok := cutManagedFields(sh.format, full); ok {
+					return cut, nil
+				}
+			}
+		}
 		var buf bytes.Buffer
 		if err := encode(o.Decoded(), &buf); err != nil {
 			return nil, err

@@ -17,6 +17,7 @@ import (
 
 	restful "github.com/emicklei/go-restful/v3"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -191,6 +192,9 @@ func serve(t *testing.T) *servers {
 		p.UID = types.UID(fmt.Sprint("uid-", i))
 		p.ResourceVersion = fmt.Sprint(10 + i)
 		p.Annotations["html"] = "<a & b>" // escaped alike everywhere
+		if err := realistic.WithManagedFields(p, realistic.SparkClient); err != nil {
+			t.Fatal(err)
+		}
 		s.pods = append(s.pods, p)
 		objs = append(objs, p)
 	}
@@ -210,15 +214,26 @@ func serve(t *testing.T) *servers {
 		return srv
 	}
 	resolver := &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+	// The core view shows managedFields (coreview.NewHandler), the mirror
+	// drops them.
+	core := pod.NewREST(reader)
+	core.DropManagedFields = false
 	s.core = serveWith(install(t, "/api", corev1.SchemeGroupVersion, coreview.Scheme,
-		countingCodecs{coreview.Codecs, s.encodes}, coreview.REST{REST: pod.NewREST(reader)}), resolver)
+		countingCodecs{coreview.Codecs, s.encodes}, coreview.REST{REST: core}), resolver)
 	s.mirror = serveWith(install(t, "/apis", v1alpha1.SchemeGroupVersion, apiserver.Scheme,
 		countingCodecs{apiserver.Codecs, s.encodes}, pod.NewREST(reader)), resolver)
 	return s
 }
 
-// heldPod is p as the cache holds it (its JSON, by the feed's Transform),
-// decoded as the serving layer decodes it.
+// mirrorPod is p as the mirror serves it: without managedFields.
+func mirrorPod(p *indexing.Pod) *indexing.Pod {
+	out := p.DeepCopy()
+	out.ManagedFields = nil
+	return out
+}
+
+// heldPod is p as the cache holds it (its JSON, by the feed's Transform,
+// managedFields and all), decoded as the serving layer decodes it.
 func heldPod(t *testing.T, p *corev1.Pod) *indexing.Pod {
 	t.Helper()
 	held, err := upstream.Pods.Transform(p)
@@ -380,14 +395,20 @@ func TestEveryReadWritesKeptBytes(t *testing.T) {
 	}
 	get(t, s.core, corePods+"/"+p.Name, jsonType)
 	get(t, s.mirror, mirrorPods, jsonType)
-	if n := encodes() - before; n != 1 {
-		t.Fatalf("a new version delivered to 2 JSON watchers and read twice in JSON was encoded %d times, want 1", n)
+	// Once for the core view, whose body the mirror's is cut out of; once
+	// more when the mirror's watcher came first and encoded its own (the
+	// view without managedFields is a format of its own).
+	n := encodes() - before
+	if n != 1 && n != 2 {
+		t.Fatalf("a new version delivered to 2 JSON watchers (one per view) and read twice in JSON was encoded %d times, want 1 or 2", n)
 	}
 	get(t, s.core, corePods+"/"+p.Name, protoType)
 	get(t, s.mirror, mirrorPods, protoType)
 	get(t, s.core, corePods, protoType)
-	if n := encodes() - before; n != 1 {
-		t.Fatalf("a new version read three times in protobuf after that was encoded %d times in all, want 1", n)
+	get(t, s.core, corePods, jsonType)
+	get(t, s.mirror, mirrorPods+"/"+p.Name, jsonType)
+	if m := encodes() - before; m != n {
+		t.Fatalf("a new version read three times in protobuf and twice more in JSON after that was encoded %d more times, want 0", m-n)
 	}
 }
 
@@ -408,11 +429,17 @@ func TestBodiesEqualTheDecodedPath(t *testing.T) {
 		{"core", s.core, "/api/v1/namespaces/spark/pods", coreview.Codecs, corev1.SchemeGroupVersion},
 		{"mirror", s.mirror, "/apis/indexing.k8s.io/v1alpha1/namespaces/spark/pods", apiserver.Codecs, v1alpha1.SchemeGroupVersion},
 	}
-	decoded := make([]runtime.Object, len(s.pods))
-	for i, p := range s.pods {
-		decoded[i] = heldPod(t, p)
-	}
 	for _, v := range views {
+		// The core view's objects have managedFields, the mirror's none.
+		decoded := make([]runtime.Object, len(s.pods))
+		for i, p := range s.pods {
+			if decoded[i] = heldPod(t, p); v.name == "mirror" {
+				decoded[i] = mirrorPod(decoded[i].(*indexing.Pod))
+			}
+			if len(decoded[i].(*indexing.Pod).ManagedFields) != map[string]int{"core": 2, "mirror": 0}[v.name] {
+				t.Fatalf("%s: %d managedFields entries", v.name, len(decoded[i].(*indexing.Pod).ManagedFields))
+			}
+		}
 		for _, accept := range []string{jsonType, protoType} {
 			info, ok := runtime.SerializerInfoForMediaType(v.codecs.SupportedMediaTypes(), accept)
 			if !ok {
@@ -482,7 +509,7 @@ func TestListsAreWrittenInChunks(t *testing.T) {
 	decoded := &indexing.PodList{Items: make([]indexing.Pod, 0, pods)}
 	decoded.ResourceVersion = "100"
 	for _, p := range s.pods {
-		decoded.Items = append(decoded.Items, *heldPod(t, p))
+		decoded.Items = append(decoded.Items, *mirrorPod(heldPod(t, p)))
 	}
 	for _, c := range []struct {
 		accept string
@@ -578,7 +605,9 @@ func TestFieldUnknownToTheCompiledTypesSurvives(t *testing.T) {
 	coreWatch := watchJSON(t, s.core, corePods+"?watch=true&resourceVersion=100")
 	mirrorWatch := watchJSON(t, s.mirror, mirrorPods+"?watch=true&resourceVersion=100")
 
-	item := `{"metadata":{"name":"future","namespace":"spark","uid":"u-future","resourceVersion":"120","labels":{"spark-role":"executor"}},` +
+	const managedFields = `,"managedFields":[{"manager":"kubelet","operation":"Update","apiVersion":"v1","time":"2026-11-23T12:00:00Z",` +
+		`"fieldsType":"FieldsV1","fieldsV1":{"f:status":{"f:futureStatus":{},"f:phase":{}}},"subresource":"status"}]`
+	item := `{"metadata":{"name":"future","namespace":"spark","uid":"u-future","resourceVersion":"120","labels":{"spark-role":"executor"}` + managedFields + `},` +
 		`"spec":{"containers":[{"name":"c","image":"i","futureContainerField":"x"}],"futureField":{"enabled":true,"mode":"Strict"}},` +
 		`"status":{"phase":"Running","futureStatus":[1,2.50,"three"]}}`
 	held, err := rawobject.Decode([]byte(`{"kind":"Pod","apiVersion":"v1",` + item[1:]))
@@ -601,6 +630,10 @@ func TestFieldUnknownToTheCompiledTypesSurvives(t *testing.T) {
 		apiVersion string
 		watch      <-chan string
 	}{{s.core, corePods, "v1", coreWatch}, {s.mirror, mirrorPods, "indexing.k8s.io/v1alpha1", mirrorWatch}} {
+		item := item
+		if v.srv == s.mirror { // the mirror's has no managedFields, and the rest as it came
+			item = strings.Replace(item, managedFields, "", 1)
+		}
 		want := `{"kind":"Pod","apiVersion":"` + v.apiVersion + `",` + item[1:] + "\n"
 		if got := string(get(t, v.srv, v.path+"/future", jsonType)); got != want {
 			t.Fatalf("GET %s\n got %s\nwant %s", v.path, got, want)
@@ -620,7 +653,156 @@ func TestFieldUnknownToTheCompiledTypesSurvives(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := obj.(*corev1.Pod)
-	if got.Name != "future" || got.Status.Phase != corev1.PodRunning || len(got.Spec.Containers) != 1 || got.Spec.Containers[0].Image != "i" || got.Labels["spark-role"] != "executor" {
+	if got.Name != "future" || got.Status.Phase != corev1.PodRunning || len(got.Spec.Containers) != 1 || got.Spec.Containers[0].Image != "i" || got.Labels["spark-role"] != "executor" ||
+		len(got.ManagedFields) != 1 || got.ManagedFields[0].Manager != "kubelet" {
 		t.Fatalf("protobuf pod: %+v", got)
+	}
+}
+
+// TestManagedFieldsInTheCoreViewOnly: the cache holds managedFields; the
+// core view writes them as kube-apiserver does in every output (JSON,
+// protobuf, YAML, Tables with their row metadata or objects,
+// PartialObjectMetadata and its list, watch events, WatchList initial
+// events, the same outputs of a watch), and the mirror in none.
+func TestManagedFieldsInTheCoreViewOnly(t *testing.T) {
+	s := serve(t)
+	p := s.pods[4]
+	held := heldPod(t, p)
+	if len(held.ManagedFields) != 2 {
+		t.Fatalf("the cache holds %d managedFields entries of the pod, want 2", len(held.ManagedFields))
+	}
+	mf, err := json.Marshal(held.ManagedFields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inJSON := `"managedFields":` + string(mf)
+	const (
+		corePods, mirrorPods = "/api/v1/namespaces/spark/pods", "/apis/indexing.k8s.io/v1alpha1/namespaces/spark/pods"
+		table                = "application/json;as=Table;v=v1;g=meta.k8s.io"
+		partial              = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"
+		partialList          = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"
+		yamlType             = "application/yaml"
+	)
+	one := "fieldSelector=metadata.name%3D" + p.Name
+	reads := []struct{ what, path, accept string }{
+		{"GET", "/" + p.Name, jsonType},
+		{"LIST", "?" + one, jsonType},
+		{"GET as YAML", "/" + p.Name, yamlType},
+		{"LIST as YAML", "?" + one, yamlType},
+		{"GET as Table", "/" + p.Name, table},
+		{"GET as Table with the object", "/" + p.Name + "?includeObject=Object", table},
+		{"LIST as Table", "?" + one, table},
+		{"LIST as Table with the objects", "?" + one + "&includeObject=Object", table},
+		{"GET as PartialObjectMetadata", "/" + p.Name, partial},
+		{"LIST as PartialObjectMetadataList", "?" + one, partialList},
+		{"GET in protobuf", "/" + p.Name, protoType},
+		{"LIST in protobuf", "?" + one, protoType},
+	}
+	watches := []struct{ what, query, accept string }{
+		{"watch", "resourceVersion=0", ""},
+		{"WatchList", "sendInitialEvents=true&resourceVersionMatch=NotOlderThan", ""},
+		{"watch as Table", "resourceVersion=0", table},
+		{"watch as Table with the objects", "resourceVersion=0&includeObject=Object", table},
+		{"watch as PartialObjectMetadata", "resourceVersion=0", partial},
+	}
+	// The core view first and last: what the mirror keeps does not change it.
+	for _, view := range []string{"core", "mirror", "core"} {
+		srv, path := s.core, corePods
+		if view == "mirror" {
+			srv, path = s.mirror, mirrorPods
+		}
+		check := func(what, body string) {
+			t.Helper()
+			switch {
+			case view == "mirror" && strings.Contains(body, "managedFields"):
+				t.Errorf("mirror %s: managedFields in %.300s", what, body)
+			case view == "core" && strings.Contains(what, "YAML") && (strings.Count(body, "managedFields:") != 1 || !strings.Contains(body, "manager: kubelet")):
+				t.Errorf("core %s: not the pod's managedFields: %s", what, body)
+			case view == "core" && !strings.Contains(what, "YAML") && (strings.Count(body, inJSON) != 1 || strings.Count(body, "managedFields") != 1):
+				t.Errorf("core %s: not the pod's managedFields (%s): %s", what, inJSON, body)
+			}
+		}
+		for _, r := range reads {
+			body := get(t, srv, path+r.path, r.accept)
+			if r.accept != protoType {
+				check(r.what, string(body))
+				continue
+			}
+			codecs := map[string]runtime.NegotiatedSerializer{"core": coreview.Codecs, "mirror": apiserver.Codecs}[view]
+			info, _ := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), protoType)
+			obj, _, err := info.Serializer.Decode(body, nil, nil)
+			if err != nil {
+				t.Fatalf("%s %s: %v", view, r.what, err)
+			}
+			if meta.IsListType(obj) {
+				items, _ := meta.ExtractList(obj)
+				obj = items[0]
+			}
+			m, _ := meta.Accessor(obj)
+			want := held.ManagedFields
+			if view == "mirror" {
+				want = nil
+			}
+			if got := m.GetManagedFields(); !apiequality.Semantic.DeepEqual(got, want) {
+				t.Errorf("%s %s: managedFields %v, want %v", view, r.what, got, want)
+			}
+		}
+		for _, w := range watches {
+			events := watchAs(t, srv, path+"?watch=true&"+one+"&"+w.query, w.accept)
+			check(w.what, next(t, events))
+		}
+	}
+}
+
+// TestManagedFieldsAreHeldInTheMessage: a pod or node with managedFields,
+// whose JSON its compiled type writes again byte for byte, managedFields
+// and all, is held as its protobuf message (not as its JSON, the fallback
+// for what the compiled types cannot write), and decodes with them.
+func TestManagedFieldsAreHeldInTheMessage(t *testing.T) {
+	p := realistic.SparkExecutorPod("spark", 1, "spark-pi-driver", "5a3c0000-0000-4000-8000-000000000007", 3, realistic.NodeName(1))
+	p.Status = realistic.RunningStatus(p, 3, 0)
+	p.ResourceVersion = "7"
+	if err := realistic.WithManagedFields(p, realistic.SparkClient); err != nil {
+		t.Fatal(err)
+	}
+	n := realistic.Node(3)
+	n.ResourceVersion = "8"
+	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
+		Time: &metav1.Time{Time: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}, FieldsType: "FieldsV1",
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:status":{}}}}}`)}, Subresource: "status"}}
+	for _, c := range []struct {
+		res upstream.Resource
+		obj runtime.Object
+	}{{upstream.Pods, p}, {upstream.Nodes, n}} {
+		// As the feed delivers it: kube-apiserver's JSON.
+		raw, err := json.Marshal(c.obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := rawobject.Decode(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := c.res.Transform(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(held.(*rawobject.Object).Raw, []byte(`"managedFields":[{"manager":`)) {
+			t.Fatalf("%s: the held JSON has no managedFields", c.res.Name)
+		}
+		compaction := apiserver.MirrorCacheConfig(c.res).Compaction
+		format, msg, err := compaction.Compact(held)
+		if err != nil || format != encoded.Protobuf {
+			t.Fatalf("%s: held as %q (%v), want its protobuf message", c.res.Name, format, err)
+		}
+		out, err := compaction.Expand(format, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := meta.Accessor(out)
+		want, _ := meta.Accessor(c.obj)
+		if got, err := json.Marshal(m.GetManagedFields()); err != nil || !bytes.Contains(raw, got) || len(m.GetManagedFields()) != len(want.GetManagedFields()) {
+			t.Fatalf("%s: decoded managedFields %s, %v", c.res.Name, got, err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -52,6 +53,9 @@ type Watcher struct {
 	// to a later one ends it (Dispatcher.endBefore). Set before it is
 	// registered.
 	Generation uint64
+	// View, when set, is what this watcher is sent of each event's object
+	// (which all the event's watchers share). Set before it is registered.
+	View func(runtime.Object) runtime.Object
 
 	result chan watch.Event
 	input  chan watch.Event // forwarder mode only
@@ -154,13 +158,21 @@ func (w *Watcher) Convert(ev *held.Event) (watch.Event, bool) {
 	curIn := ev.Type != watch.Deleted && w.Pred.Matches(ev.Cur)
 	switch {
 	case curIn && oldIn:
-		return watch.Event{Type: watch.Modified, Object: ev.Object(w.d.objs)}, true
+		return watch.Event{Type: watch.Modified, Object: w.Viewed(ev.Object(w.d.objs))}, true
 	case curIn:
-		return watch.Event{Type: watch.Added, Object: ev.Object(w.d.objs)}, true
+		return watch.Event{Type: watch.Added, Object: w.Viewed(ev.Object(w.d.objs))}, true
 	case oldIn:
-		return watch.Event{Type: watch.Deleted, Object: ev.GoneObject(w.d.objs)}, true
+		return watch.Event{Type: watch.Deleted, Object: w.Viewed(ev.GoneObject(w.d.objs))}, true
 	}
 	return watch.Event{}, false
+}
+
+// Viewed is obj as this watcher is sent it (View).
+func (w *Watcher) Viewed(obj runtime.Object) runtime.Object {
+	if w.View == nil {
+		return obj
+	}
+	return w.View(obj)
 }
 
 // Start delivers the initial events: into the buffer when they fit, else

@@ -9,14 +9,17 @@ import (
 	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/readonly"
 )
 
-// NewREST returns the storage of nodes.indexing.k8s.io served from cache.
+// NewREST returns the storage of nodes.indexing.k8s.io served from cache,
+// without managedFields (the mirrors' contract; the core view under the
+// cluster proxy prefix, package coreview, serves the same cache with them).
 func NewREST(cache readonly.Cache) *readonly.REST {
 	return readonly.New(readonly.Resource{
-		GroupResource:  indexing.Resource("nodes"),
-		SingularName:   "node",
-		Namespaced:     false,
-		NewFunc:        func() runtime.Object { return &indexing.Node{} },
-		NewListFunc:    func() runtime.Object { return &indexing.NodeList{} },
-		TableConvertor: coretable.Nodes,
+		GroupResource:     indexing.Resource("nodes"),
+		SingularName:      "node",
+		Namespaced:        false,
+		NewFunc:           func() runtime.Object { return &indexing.Node{} },
+		NewListFunc:       func() runtime.Object { return &indexing.NodeList{} },
+		TableConvertor:    coretable.Nodes,
+		DropManagedFields: true,
 	}, cache)
 }

@@ -9,6 +9,7 @@ import (
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,6 +45,11 @@ type Resource struct {
 	// WriteList writes a LIST page from its items' kept bytes;
 	// encoded.WriteList when nil.
 	WriteList encoded.ListWriter
+	// DropManagedFields answers without metadata.managedFields (the
+	// indexing.k8s.io mirrors' contract): every object is handed out as a
+	// view without them (indexcache.Object.WithoutManagedFields), while the
+	// cache, shared with the views that show them, keeps them.
+	DropManagedFields bool
 }
 
 // REST serves one mirrored resource from its cache.
@@ -90,10 +96,21 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 	if err != nil {
 		return nil, err
 	}
-	if _, held := obj.(*indexcache.Object); held {
+	if o, held := obj.(*indexcache.Object); held {
+		if r.DropManagedFields {
+			return o.WithoutManagedFields(), nil
+		}
 		return obj, nil
 	}
-	return shallowCopy(obj), nil
+	out := shallowCopy(obj)
+	if m, err := meta.Accessor(out); err == nil && r.DropManagedFields && m.GetManagedFields() != nil {
+		if _, shared := out.(runtime.Unstructured); shared { // its shallow copy shares the content
+			out = obj.DeepCopyObject()
+			m, _ = meta.Accessor(out)
+		}
+		m.SetManagedFields(nil) // the copy's own metadata field
+	}
+	return out, nil
 }
 
 // List returns the objects the options select, one page at a time.
@@ -137,6 +154,7 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 		wopts.SendInitialEvents = options.SendInitialEvents
 		wopts.AllowWatchBookmarks = options.AllowWatchBookmarks
 	}
+	wopts.WithoutManagedFields = r.DropManagedFields
 	w, err := r.cache.Watch(ctx, wopts)
 	if err != nil {
 		return nil, err
@@ -159,7 +177,7 @@ func (r *REST) namespace(ctx context.Context) string {
 // shard selector. A malformed shard selector is client input: 400, not the
 // 500 kube-apiserver answers.
 func (r *REST) listOptions(ctx context.Context, options *metainternalversion.ListOptions) (indexcache.ListOptions, apisharding.Selector, error) {
-	opts := indexcache.ListOptions{Namespace: r.namespace(ctx)}
+	opts := indexcache.ListOptions{Namespace: r.namespace(ctx), WithoutManagedFields: r.DropManagedFields}
 	if options == nil {
 		return opts, nil, nil
 	}
