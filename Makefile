@@ -28,8 +28,9 @@ promtool:
 ##          and 8.0.0, test/clients/client-java (io.kubernetes:client-java) and test/clients/spark (a Spark
 ##          4.1.1 driver: spark-core_2.13, spark-kubernetes_2.13) from Maven Central into the local
 ##          repository _output/m2; the `kubernetes` Python client from PyPI into a venv;
-##          kube-state-metrics v2.20.0, Kueue's controller manager v0.17.0 and prometheus-operator
-##          v0.85.0 from the Go module proxy into _output/bin
+##          kube-state-metrics v2.20.0, Kueue's controller manager v0.17.0, prometheus-operator
+##          v0.85.0 and cert-manager v1.20.3's controllers (test/clients/cert-manager) from the Go module
+##          proxy into _output/bin
 FABRIC8_VERSIONS = 7.4.0 8.0.0
 clients:
 	@set -e; for v in $(FABRIC8_VERSIONS); do hack/lib/clients.sh fabric8 $$v >/dev/null; done
@@ -39,6 +40,7 @@ clients:
 	@hack/lib/clients.sh kube-state-metrics >/dev/null
 	@hack/lib/clients.sh kueue >/dev/null
 	@hack/lib/clients.sh prometheus-operator >/dev/null
+	@hack/lib/clients.sh cert-manager >/dev/null
 
 ## up: run the product locally (etcd + kube-apiserver + index-apiserver, example policies, demo data)
 ##     env: LOCAL_DIR ETCD_PORT KUBE_APISERVER_PORT INDEX_APISERVER_PORT INDEX_APISERVER_FLAGS DEMO=0

@@ -20,6 +20,12 @@
 #                                unmodified, built from the Go module proxy into _output/bin; prints
 #                                its path, then the module's source directory in the Go module cache
 #                                (its CRDs: example/prometheus-operator-crd)
+#   clients.sh cert-manager      test/clients/cert-manager: cert-manager's controllers
+#                                (github.com/cert-manager/cert-manager v1.20.3, its go.mod's),
+#                                unmodified, in a process wired as its controller binary wires them,
+#                                built from the Go module proxy into _output/bin; prints its path,
+#                                then the module's source directory in the Go module cache (its
+#                                CRDs: deploy/crds)
 #   clients.sh python            hack/lib/python-client.sh: the official `kubernetes` client from
 #                                PyPI (test/clients/python/requirements.txt) in a venv under
 #                                _output/python; prints its python
@@ -90,6 +96,29 @@ prometheus_operator() {
     sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
 }
 
+# cert_manager builds test/clients/cert-manager (cert-manager's controllers, the packages of
+# github.com/cert-manager/cert-manager at the version its go.mod requires, unmodified, wired as
+# cert-manager's own controller binary wires them: that binary's module is not on the Go module
+# proxy; see its main.go) into _output/bin/cert-manager, once per content of its main.go, go.mod and
+# go.sum (the cache key), and prints its path, then the main module's directory in the Go module
+# cache (its CRDs: deploy/crds). Its version stamp is the one cert-manager's Makefile sets
+# (make/00_mod.mk: pkg/util.AppVersion).
+cert_manager() {
+  local src=$ROOT/test/clients/cert-manager bin=$OUT/bin/cert-manager module=github.com/cert-manager/cert-manager
+  local key version
+  key=$(stamp "$src/main.go" "$src/go.mod" "$src/go.sum")
+  version=$(cd "$src" && go list -m -f '{{.Version}}' "$module")
+  if [ ! -x "$bin" ] || [ "$(cat "$OUT/bin/.cert-manager.stamp" 2>/dev/null)" != "$key" ]; then
+    echo ">> building cert-manager's controller ($module $version, test/clients/cert-manager) from the Go module proxy (a few minutes, once)" >&2
+    mkdir -p "$OUT/bin"
+    (cd "$src" && go build -ldflags "-X $module/pkg/util.AppVersion=$version" -o "$bin.tmp" .)
+    mv "$bin.tmp" "$bin"
+    echo "$key" >"$OUT/bin/.cert-manager.stamp"
+  fi
+  echo "$bin"
+  (cd "$src" && go mod download -json "$module") | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   case "${1:-}" in
   fabric8) maven_module fabric8 fabric8.version "$2" ;;
@@ -98,9 +127,10 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   kube-state-metrics) kube_state_metrics ;;
   kueue) kueue ;;
   prometheus-operator) prometheus_operator ;;
+  cert-manager) cert_manager ;;
   python) exec "$ROOT/hack/lib/python-client.sh" ;;
   *)
-    echo "usage: $0 fabric8 VERSION | client-java | spark | kube-state-metrics | kueue | prometheus-operator | python" >&2
+    echo "usage: $0 fabric8 VERSION | client-java | spark | kube-state-metrics | kueue | prometheus-operator | cert-manager | python" >&2
     exit 2
     ;;
   esac

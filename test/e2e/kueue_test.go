@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -631,98 +630,22 @@ func (r *kueueRun) scenario(t *testing.T, ctx context.Context, admin *clients, b
 	return snaps, events
 }
 
-// kueueAudit is what TestKueue reads of kube-apiserver's audit log.
-type kueueAudit struct {
-	Stage            string                     `json:"stage"`
-	RequestURI       string                     `json:"requestURI"`
-	Verb             string                     `json:"verb"`
-	UserAgent        string                     `json:"userAgent"`
-	User             struct{ Username string }  `json:"user"`
-	ImpersonatedUser *struct{ Username string } `json:"impersonatedUser"`
-	ObjectRef        *struct {
-		Resource, APIGroup string
-	} `json:"objectRef"`
-}
-
 // kueueReads counts, per Kueue resource, the LISTs, WATCHes and WatchLists
-// (a watch that starts with the current state, sendInitialEvents=true: how
-// client-go's informers list where the server offers it) kube-apiserver
-// logged (stage ResponseComplete or, for a watch, ResponseStarted) that
-// match keep.
-func kueueReads(t *testing.T, keep func(kueueAudit) bool) map[string]int {
+// of its API (kueue.x-k8s.io/v1beta2) kube-apiserver logged (stage
+// ResponseComplete or, for a watch, ResponseStarted) that match keep.
+func kueueReads(t *testing.T, keep func(controllerAudit) bool) map[string]int {
 	t.Helper()
-	f, err := os.Open(stack.AuditLogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	out := map[string]int{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev kueueAudit
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || !keep(ev) {
-			continue
+	forEachAudit(t, func(ev controllerAudit) {
+		if !keep(ev) {
+			return
 		}
-		if ev.Stage != "ResponseStarted" && ev.Stage != "ResponseComplete" {
-			continue
+		rd, ok := parseControllerRead(ev.RequestURI)
+		if !ok || rd.group != "kueue.x-k8s.io" || rd.version != "v1beta2" || rd.verb == "get" || !rd.complete(ev) {
+			return
 		}
-		res, verb, ok := kueueRead(ev.RequestURI)
-		if !ok || (verb != "list") != (ev.Stage == "ResponseStarted") {
-			continue
-		}
-		out[res+" "+verb]++
-	}
-	return out
-}
-
-// kueueRead parses a request URI (under the prefix or not) as a LIST, WATCH
-// or WatchList of a kueue.x-k8s.io resource.
-func kueueRead(uri string) (resource, verb string, ok bool) {
-	path, query, _ := strings.Cut(strings.TrimPrefix(uri, localstack.ClusterProxyPrefix), "?")
-	rest, found := strings.CutPrefix(path, "/apis/kueue.x-k8s.io/v1beta2/")
-	if !found {
-		return "", "", false
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) >= 2 && parts[0] == "namespaces" {
-		parts = parts[2:]
-	}
-	if len(parts) != 1 {
-		return "", "", false // an object, a subresource
-	}
-	watch, initial := false, false
-	for _, kv := range strings.Split(query, "&") {
-		switch kv {
-		case "watch=true", "watch=1":
-			watch = true
-		case "sendInitialEvents=true":
-			initial = true
-		}
-	}
-	switch {
-	case watch && initial:
-		return parts[0], "watchlist", true
-	case watch:
-		return parts[0], "watch", true
-	}
-	return parts[0], "list", true
-}
-
-// kueueWatchers sums index_apiserver_watchers per Kueue resource.
-func kueueWatchers(t *testing.T) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	for series, v := range scrape(t) {
-		if !strings.HasPrefix(series, "index_apiserver_watchers{") || !strings.Contains(series, "kueue.x-k8s.io") {
-			continue
-		}
-		for _, m := range labelRE.FindAllStringSubmatch(series, -1) {
-			if m[1] == "resource" {
-				out[m[2]] += v
-			}
-		}
-	}
+		out[strings.TrimSuffix(rd.resource, ".kueue.x-k8s.io")+" "+rd.verb]++
+	})
 	return out
 }
 
@@ -785,7 +708,7 @@ func TestKueue(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			before := cacheServed(t)
 			var watchers map[string]float64
-			_, events := newKueueRun(t, e.name, e.kubeconfig).scenario(t, ctx, admin, bin, oracle, func() { watchers = kueueWatchers(t) })
+			_, events := newKueueRun(t, e.name, e.kubeconfig).scenario(t, ctx, admin, bin, oracle, func() { watchers = cacheWatchers(t, "kueue.x-k8s.io") })
 			served := cacheServed(t) - before
 			t.Logf("index-apiserver: %v requests under the prefix served from the caches while Kueue ran; watchers of the caches %v", served, watchers)
 			if !reflect.DeepEqual(events, oracleEvents) {
@@ -805,14 +728,14 @@ func TestKueue(t *testing.T) {
 	// kube-apiserver's audit log: Kueue's own reads of its CRDs (its user
 	// agent), directly in the oracle run and under the prefix through the
 	// aggregator; and what index-apiserver passed through as Kueue's user.
-	isKueue := func(ev kueueAudit) bool { return strings.HasPrefix(ev.UserAgent, "kueue") }
-	directly := kueueReads(t, func(ev kueueAudit) bool {
+	isKueue := func(ev controllerAudit) bool { return strings.HasPrefix(ev.UserAgent, "kueue") }
+	directly := kueueReads(t, func(ev controllerAudit) bool {
 		return isKueue(ev) && ev.ImpersonatedUser == nil && !strings.HasPrefix(ev.RequestURI, localstack.ClusterProxyPrefix)
 	})
-	viaPrefix := kueueReads(t, func(ev kueueAudit) bool {
+	viaPrefix := kueueReads(t, func(ev controllerAudit) bool {
 		return isKueue(ev) && strings.HasPrefix(ev.RequestURI, localstack.ClusterProxyPrefix+"/")
 	})
-	passedThrough := kueueReads(t, func(ev kueueAudit) bool {
+	passedThrough := kueueReads(t, func(ev controllerAudit) bool {
 		return ev.ImpersonatedUser != nil && ev.ImpersonatedUser.Username == "admin"
 	})
 	t.Logf("Kueue's LISTs, WATCHes and WatchLists of its CRDs: at kube-apiserver %v; under the prefix through the aggregator %v; passed through by index-apiserver (both entry points) %v",

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -351,31 +349,6 @@ func (r *promopRun) stop() {
 	r.cmd = nil
 }
 
-// metrics reads the operator's own /metrics: every sample by its series as
-// written.
-func (r *promopRun) metrics() (map[string]float64, error) {
-	res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", r.web))
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		var v float64
-		if _, err := fmt.Sscan(line[i+1:], &v); err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out, sc.Err()
-}
-
 // promopReconciles are the Prometheus controller's reconciles as the
 // operator's histogram prometheus_operator_reconcile_duration_seconds
 // (pkg/operator/resource_reconciler.go, one observation per Sync, labelled
@@ -394,7 +367,7 @@ func (p promopReconciles) mean() time.Duration {
 }
 
 func (r *promopRun) reconciles() (promopReconciles, error) {
-	m, err := r.metrics()
+	m, err := processMetrics(r.web)
 	if err != nil {
 		return promopReconciles{}, err
 	}
@@ -413,7 +386,7 @@ func (r *promopRun) reconciles() (promopReconciles, error) {
 // collection (LISTs; a watch counts until its response starts): mean and
 // count.
 func (r *promopRun) clientLatency() string {
-	m, err := r.metrics()
+	m, err := processMetrics(r.web)
 	if err != nil {
 		return err.Error()
 	}
@@ -429,7 +402,7 @@ func (r *promopRun) clientLatency() string {
 			if l[1] != "endpoint" {
 				continue
 			}
-			if rd, ok := parsePromopRead(l[2]); ok {
+			if rd, ok := parseControllerRead(l[2]); ok {
 				key = rd.resource + " collection"
 				if rd.verb == "get" {
 					key = rd.resource + " object"
@@ -800,155 +773,6 @@ func (r *promopRun) scenario(t *testing.T, ctx context.Context, bin string) (pro
 	return final, rec
 }
 
-// promopAudit is what TestPrometheusOperator reads of kube-apiserver's
-// audit log.
-type promopAudit struct {
-	Stage            string                     `json:"stage"`
-	RequestURI       string                     `json:"requestURI"`
-	Verb             string                     `json:"verb"`
-	UserAgent        string                     `json:"userAgent"`
-	User             struct{ Username string }  `json:"user"`
-	ImpersonatedUser *struct{ Username string } `json:"impersonatedUser"`
-}
-
-// promopRead is a request URI (under the prefix or not) parsed as a read:
-// its group-resource, namespace, verb (get, list, watch, watchlist) and
-// query.
-type promopRead struct {
-	resource, namespace, verb string
-	query                     url.Values
-}
-
-func parsePromopRead(uri string) (promopRead, bool) {
-	u, err := url.Parse(strings.TrimPrefix(uri, localstack.ClusterProxyPrefix))
-	if err != nil {
-		return promopRead{}, false
-	}
-	var group string
-	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		group, parts = parts[1], parts[3:]
-	default:
-		return promopRead{}, false
-	}
-	rd := promopRead{query: u.Query()}
-	if len(parts) >= 3 && parts[0] == "namespaces" {
-		rd.namespace, parts = parts[1], parts[2:]
-	}
-	var name string
-	switch len(parts) {
-	case 1:
-	case 2:
-		name = parts[1]
-	default:
-		return promopRead{}, false // a subresource
-	}
-	if parts[0] == "namespaces" && name != "" {
-		rd.namespace = name
-	}
-	rd.resource = parts[0]
-	if group != "" {
-		rd.resource += "." + group
-	}
-	watch := rd.query.Get("watch") == "true" || rd.query.Get("watch") == "1"
-	switch {
-	case name != "":
-		rd.verb = "get"
-	case watch && rd.query.Get("sendInitialEvents") == "true":
-		rd.verb = "watchlist"
-	case watch:
-		rd.verb = "watch"
-	default:
-		rd.verb = "list"
-	}
-	return rd, true
-}
-
-// routed tells whether a read is one index-apiserver routes to
-// kube-apiserver when its cache cannot prove itself fresh in time: a GET
-// or a LIST's first page without a resourceVersion.
-func (rd promopRead) routed() bool {
-	return (rd.verb == "get" || rd.verb == "list") && rd.query.Get("resourceVersion") == "" && rd.query.Get("continue") == ""
-}
-
-// promopAuditReads reads kube-apiserver's audit log: the operator's reads
-// (its user agent) of the resources in cached, per run namespace (cluster
-// scoped reads under ""), each counted as "resource verb", for the events
-// keep accepts.
-func promopAuditReads(t *testing.T, cached map[string]bool, keep func(promopAudit, promopRead) bool) map[string]map[string]int {
-	t.Helper()
-	f, err := os.Open(stack.AuditLogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	out := map[string]map[string]int{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var ev promopAudit
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || !strings.HasPrefix(ev.UserAgent, "PrometheusOperator/") {
-			continue
-		}
-		if ev.Verb != "get" && ev.Verb != "list" && ev.Verb != "watch" {
-			continue // a write (under the prefix too: the outer verb is the method's)
-		}
-		rd, ok := parsePromopRead(ev.RequestURI)
-		if !ok || !cached[rd.resource] {
-			continue
-		}
-		// A watch is logged when it starts, the rest when complete.
-		watch := rd.verb == "watch" || rd.verb == "watchlist"
-		if (watch && ev.Stage != "ResponseStarted") || (!watch && ev.Stage != "ResponseComplete") || !keep(ev, rd) {
-			continue
-		}
-		ns := rd.namespace
-		if rd.resource == "namespaces" {
-			ns = ""
-		}
-		if out[ns] == nil {
-			out[ns] = map[string]int{}
-		}
-		out[ns][rd.resource+" "+rd.verb]++
-	}
-	return out
-}
-
-// promopProxyMetrics sums, at index-apiserver, the cluster proxy's requests
-// by outcome and the consistent reads' routes.
-func promopProxyMetrics(t *testing.T) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	for series, v := range scrape(t) {
-		name, labels, _ := strings.Cut(series, "{")
-		l := map[string]string{}
-		for _, m := range labelRE.FindAllStringSubmatch(labels, -1) {
-			l[m[1]] = m[2]
-		}
-		switch name {
-		case "index_apiserver_cluster_proxy_requests_total":
-			out["cluster_proxy_requests_total "+l["outcome"]] += v
-		case "index_apiserver_consistent_read_routes_total":
-			out["consistent_read_routes_total "+l["route"]] += v
-			out["consistent_read_routes_total "+l["route"]+" "+l["resource"]] += v
-		}
-	}
-	return out
-}
-
-func promopDelta(after, before map[string]float64) map[string]float64 {
-	out := map[string]float64{}
-	for k, v := range after {
-		if d := v - before[k]; d != 0 {
-			out[k] = d
-		}
-	}
-	return out
-}
-
 // TestPrometheusOperator: prometheus-operator v0.85.0, built unmodified,
 // writes the same StatefulSet, Service, Secrets (configuration, TLS
 // assets, web configuration), rule ConfigMaps and Prometheus status
@@ -1011,10 +835,10 @@ func TestPrometheusOperator(t *testing.T) {
 		{"direct", stack.DirectKubeconfig()},
 	} {
 		t.Run(e.name, func(t *testing.T) {
-			before := promopProxyMetrics(t)
+			before := proxyMetrics(t)
 			final, rec := newPromopRun(t, admin, e.name, e.kubeconfig).scenario(t, ctx, bin)
 			means[e.name] = rec.mean()
-			delta := promopDelta(promopProxyMetrics(t), before)
+			delta := metricsDelta(proxyMetrics(t), before)
 			keys := make([]string, 0, len(delta))
 			for k := range delta {
 				keys = append(keys, k)
@@ -1056,16 +880,16 @@ func TestPrometheusOperator(t *testing.T) {
 	// resources directly in the oracle run, under the prefix through the
 	// aggregator, and what index-apiserver passed through as the operator
 	// (both entry points): only routed consistent reads.
-	direct := promopAuditReads(t, cached, func(ev promopAudit, _ promopRead) bool {
+	direct := controllerAuditReads(t, "PrometheusOperator/", cached, func(ev controllerAudit, _ controllerRead) bool {
 		return ev.ImpersonatedUser == nil && !strings.HasPrefix(ev.RequestURI, localstack.ClusterProxyPrefix)
 	})
-	viaPrefix := promopAuditReads(t, cached, func(ev promopAudit, _ promopRead) bool {
+	viaPrefix := controllerAuditReads(t, "PrometheusOperator/", cached, func(ev controllerAudit, _ controllerRead) bool {
 		return strings.HasPrefix(ev.RequestURI, localstack.ClusterProxyPrefix+"/")
 	})
-	routed := promopAuditReads(t, cached, func(ev promopAudit, rd promopRead) bool {
+	routed := controllerAuditReads(t, "PrometheusOperator/", cached, func(ev controllerAudit, rd controllerRead) bool {
 		return ev.ImpersonatedUser != nil && ev.User.Username == localstack.IndexAPIServerUser && rd.routed()
 	})
-	uncached := promopAuditReads(t, cached, func(ev promopAudit, rd promopRead) bool {
+	uncached := controllerAuditReads(t, "PrometheusOperator/", cached, func(ev controllerAudit, rd controllerRead) bool {
 		return ev.ImpersonatedUser != nil && !rd.routed()
 	})
 	t.Logf("the operator's reads of cached resources: at kube-apiserver (oracle) %v; under the prefix through the aggregator %v; routed by index-apiserver to kube-apiserver as the operator (consistent GETs, late LISTs) %v",
