@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -128,8 +129,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	query := inner.URL.Query()
 	if servedOnce(req.Context(), h.cfg.Cached, Read{Method: req.Method, Path: inner.URL.Path, Info: info, Table: AsTable(req.Header), Query: query}) {
 		outcome = OutcomeCache
-		if shape, ok := consistent(info, query); ok && h.cfg.Route != nil {
-			ctx, atCache, done := h.cfg.Route(inner.Context(), info, shape)
+		if shape, target, ok := routed(info, query); ok && h.cfg.Route != nil {
+			ctx := inner.Context()
+			if target > 0 {
+				ctx = consistentread.WithTarget(ctx, target)
+			}
+			ctx, atCache, done := h.cfg.Route(ctx, info, shape)
 			defer done()
 			if !atCache {
 				outcome = OutcomeFallback
@@ -173,13 +178,38 @@ func (h *Handler) passThrough(w http.ResponseWriter, req *http.Request, info *re
 		endpointsmetrics.CleanScope(info), endpointsmetrics.APIServerComponent, false, "", h.cfg.Upstream.ServeHTTP)(w, req)
 }
 
-// consistent tells whether a read is a consistent one, and its shape: a
-// GET, a LIST's first page (a later page reads at its continue token's),
-// or a watch that sends its initial state first, without a resourceVersion.
-func consistent(info *request.RequestInfo, query url.Values) (consistentread.Shape, bool) {
-	if query.Get("resourceVersion") != "" {
-		return 0, false
+// routed tells whether where a read is answered is routed (Route), and
+// its shape: a consistent read (no resourceVersion: a GET, a LIST's first
+// page, a watch that sends its initial state first), or a GET or a LIST's
+// first page at a resourceVersion N other than 0 (NotOlderThan or Exact),
+// which the cache answers only once it has reached N: target is N then.
+// A later page reads at its continue token's state.
+func routed(info *request.RequestInfo, query url.Values) (_ consistentread.Shape, target uint64, _ bool) {
+	if token := query.Get("continue"); token != "" && info.Verb == "list" {
+		// A later page: at its token's state, which may be one another
+		// server gave (a first page passed through).
+		n, ok := consistentread.ContinueRV(token)
+		if !ok || n == 0 {
+			return 0, 0, false
+		}
+		q := url.Values{"labelSelector": query["labelSelector"], "fieldSelector": query["fieldSelector"]}
+		shape, _ := consistent(info, q)
+		return shape, n, true
 	}
+	if rv := query.Get("resourceVersion"); rv != "" {
+		n, err := strconv.ParseUint(rv, 10, 64)
+		if err != nil || n == 0 || (info.Verb != "get" && info.Verb != "list") {
+			return 0, 0, false
+		}
+		shape, ok := consistent(info, query)
+		return shape, n, ok
+	}
+	shape, ok := consistent(info, query)
+	return shape, 0, ok
+}
+
+// consistent is the shape of a read (routed).
+func consistent(info *request.RequestInfo, query url.Values) (consistentread.Shape, bool) {
 	switch info.Verb {
 	case "watch":
 		return consistentread.ShapeWatchList, query.Get("sendInitialEvents") == "true"

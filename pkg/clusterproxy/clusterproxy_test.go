@@ -612,7 +612,12 @@ func TestConsistentReadsRouted(t *testing.T) {
 		{"/api/v1/namespaces/ns/pods/p", true, consistentread.ShapeGet, false},
 		{"/api/v1/namespaces/ns/pods/p", true, consistentread.ShapeGet, true},
 		{"/api/v1/pods?resourceVersion=0", false, 0, true},
-		{"/api/v1/pods?resourceVersion=5&resourceVersionMatch=NotOlderThan", false, 0, true},
+		{"/api/v1/pods?resourceVersion=5&resourceVersionMatch=NotOlderThan", true, consistentread.ShapeWhole, true},
+		{"/api/v1/pods?resourceVersion=5&resourceVersionMatch=Exact&labelSelector=a%3Db", true, consistentread.ShapeSelective, false},
+		{"/api/v1/namespaces/ns/pods/p?resourceVersion=5", true, consistentread.ShapeGet, false},
+		{"/api/v1/pods?resourceVersion=5&limit=5&continue=abc", false, 0, true},
+		// A later page at its token's state (resourceVersion 9).
+		{"/api/v1/pods?limit=5&labelSelector=a%3Db&continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6OSwic3RhcnQiOiJucy9wXHUwMDAwIn0", true, consistentread.ShapeSelective, false},
 		{"/api/v1/pods?limit=5&continue=abc", false, 0, true},
 		{"/api/v1/namespaces/ns/pods/p?resourceVersion=0", false, 0, true},
 		{"/api/v1/pods?watch=true", false, 0, true},

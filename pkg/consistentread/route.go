@@ -2,6 +2,8 @@ package consistentread
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,6 +169,11 @@ func (r *Reader) Route(ctx context.Context, shape Shape) (_ context.Context, atC
 	if shape == ShapeWatchList {
 		return r.routeWatch(ctx), true, nop
 	}
+	if target, ok := targetFrom(ctx); ok && r.cache.ResourceVersion() >= target {
+		// A read at a resourceVersion the cache has reached: no wait.
+		r.routed(RouteCache)
+		return ctx, true, nop
+	}
 	route := RouteGet
 	var want uint64
 	bound := r.bound(shape)
@@ -204,6 +211,9 @@ func (r *Reader) Route(ctx context.Context, shape Shape) (_ context.Context, atC
 	default:
 	}
 	// Every slot is taken: wait for one, or for the cache.
+	if target, ok := targetFrom(ctx); ok && want == 0 {
+		want = target
+	}
 	if want == 0 {
 		var err error
 		if want, err = r.cache.UpstreamResourceVersion(ctx); err != nil {
@@ -220,6 +230,39 @@ func (r *Reader) Route(ctx context.Context, shape Shape) (_ context.Context, atC
 	}
 	r.routed(RouteCache)
 	return withProven(ctx, want), true, nop
+}
+
+// ContinueRV is the resourceVersion a LIST's continue token reads at, as
+// kube-apiserver encodes it (base64 of {"v":…,"rv":N,"start":…}); ok is
+// false for a token that does not decode. A negative one (continue at the
+// current state) reads as 0.
+func ContinueRV(token string) (rv uint64, ok bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		return 0, false
+	}
+	var c struct {
+		RV int64 `json:"rv"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return 0, false
+	}
+	return uint64(max(c.RV, 0)), true
+}
+
+type targetKey struct{}
+
+// WithTarget notes in ctx that a read routed by Route asks for a state at
+// least as new as resourceVersion rv (a NotOlderThan or Exact read at rv):
+// the cache answers it once it has reached rv, without reading
+// kube-apiserver's current resourceVersion first.
+func WithTarget(ctx context.Context, rv uint64) context.Context {
+	return context.WithValue(ctx, targetKey{}, rv)
+}
+
+func targetFrom(ctx context.Context) (uint64, bool) {
+	rv, ok := ctx.Value(targetKey{}).(uint64)
+	return rv, ok
 }
 
 type stateKey struct{}
@@ -267,9 +310,12 @@ func (r *Reader) routeWatch(ctx context.Context) context.Context {
 // reads arriving together) and waits up to bound for the cache to reach it,
 // asking the feed for a progress proof.
 func (r *Reader) prove(ctx context.Context, bound time.Duration) (uint64, bool) {
-	want, err := r.cache.UpstreamResourceVersion(ctx)
-	if err != nil {
-		return 0, false
+	want, ok := targetFrom(ctx)
+	if !ok {
+		var err error
+		if want, err = r.cache.UpstreamResourceVersion(ctx); err != nil {
+			return 0, false
+		}
 	}
 	if r.cache.ResourceVersion() >= want {
 		return want, true

@@ -100,6 +100,39 @@ func TestRoute(t *testing.T) {
 			t.Fatal("a proven cache's read was passed through")
 		}
 	})
+	t.Run("ReadsAtAResourceVersion", func(t *testing.T) {
+		// A LIST at resourceVersion N (NotOlderThan, Exact): the cache's
+		// once it has reached N, at once; else it waits the bound for N,
+		// then passes through, as a consistent read does.
+		c := newCache(t, 50, nil, 5*time.Second) // at 10
+		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: 20 * time.Millisecond, MaxUpstreamReads: 2})
+		r.route.late.Store(0)
+		_, atCache, done := r.Route(WithTarget(context.Background(), 10), ShapeSelective)
+		done()
+		if !atCache || routeCount(t, RouteCache) != 1 {
+			t.Fatalf("a read at a resourceVersion the cache has: at cache %v", atCache)
+		}
+		start := time.Now()
+		_, atCache, done = r.Route(WithTarget(context.Background(), 40), ShapeSelective)
+		done()
+		if atCache || routeCount(t, RouteLate) != 1 {
+			t.Fatalf("a read at a resourceVersion the cache cannot reach in time: at cache %v", atCache)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("passed through after %v", took)
+		}
+		go func() {
+			time.Sleep(5 * time.Millisecond)
+			c.Ingest().UpdateResourceVersion("45")
+		}()
+		r.route.late.Store(0)
+		r.route.upstream[ShapeSelective] = time.Second // kube-apiserver's LISTs take a second
+		_, atCache, done = r.Route(WithTarget(context.Background(), 45), ShapeSelective)
+		done()
+		if !atCache {
+			t.Fatal("a read at a resourceVersion the cache reached within the bound was passed through")
+		}
+	})
 	t.Run("PassThroughsAreCapped", func(t *testing.T) {
 		c := newCache(t, 50, nil, 5*time.Second)
 		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: 10 * time.Millisecond, MaxUpstreamReads: 1})

@@ -102,7 +102,7 @@ var (
 	// proxy would serve from a cache were answered.
 	ConsistentReadRoutes = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Name: "consistent_read_routes_total",
-		Help:           "Consistent reads (a GET, or a LIST's first page, without a resourceVersion) of cached resources under the cluster proxy, by where they were answered: cache (the cache was proven fresh within --consistent-read-fallback), get (a GET, passed through to kube-apiserver at once), late (passed through: the proof did not come within the bound), quiet (passed through at once: the resource's recent proofs came late). A consistent watch with initial events (sendInitialEvents=true) is counted too; it is never passed through: late and quiet mean its initial state was read at kube-apiserver, the cache's events following.",
+		Help:           "Consistent reads (a GET, or a LIST's first page, without a resourceVersion), and GETs and LISTs at a resourceVersion other than 0, of cached resources under the cluster proxy, by where they were answered: cache (the cache was proven fresh within --consistent-read-fallback), get (a GET, passed through to kube-apiserver at once), late (passed through: the proof did not come within the bound), quiet (passed through at once: the resource's recent proofs came late). A consistent watch with initial events (sendInitialEvents=true) is counted too; it is never passed through: late and quiet mean its initial state was read at kube-apiserver, the cache's events following.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"resource", "route"})
 	// RevisionReads counts the reads of upstream's current resourceVersion.

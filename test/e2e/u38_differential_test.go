@@ -3,11 +3,13 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -381,6 +383,52 @@ func TestU38Differential(t *testing.T) {
 						t.Errorf("%s (%s): %v", rd.path, rd.accept, err)
 					}
 				}
+				// The other resourceVersion modes, at the newest of the
+				// objects' resourceVersions (which the cache has once it
+				// holds them; a resourceVersion kube-apiserver reached
+				// through other resources is passed through while the
+				// cache cannot be proven to have reached it): NotOlderThan,
+				// Exact, and pages of NotOlderThan (each server's own
+				// continue token).
+				rv := u38NewestItem(t, u38Get(t, ctx, kube, base+"?"+sel, jsonType).body)
+				builtIn := r.crd == ""
+				for _, q := range []string{
+					"resourceVersion=" + rv + "&resourceVersionMatch=NotOlderThan&" + sel,
+					"resourceVersion=" + rv + "&resourceVersionMatch=Exact&" + sel,
+				} {
+					u38Check(t, base+"?"+q, 10*time.Second, func() error {
+						before := cacheServed(t)
+						want, got := u38Get(t, ctx, kube, base+"?"+q, jsonType), u38Get(t, ctx, e.host, base+"?"+q, jsonType)
+						if e.name == "direct" && cacheServed(t) == before {
+							return fmt.Errorf("not served from the cache")
+						}
+						return u38Same(want, got, func(b []byte) []byte { return u38WithoutListRV(b, builtIn) })
+					})
+				}
+				u38Check(t, base+" pages", 10*time.Second, func() error {
+					q := base + "?resourceVersion=" + rv + "&resourceVersionMatch=NotOlderThan&limit=1&" + sel
+					want, got := u38Get(t, ctx, kube, q, jsonType), u38Get(t, ctx, e.host, q, jsonType)
+					if err := u38Same(want, got, func(b []byte) []byte { return norm(u38WithoutListRV(b, builtIn)) }); err != nil {
+						return fmt.Errorf("first page: %w", err)
+					}
+					next := func(body []byte) string {
+						m := regexp.MustCompile(`"continue":"([^"]*)"`).FindSubmatch(body)
+						if m == nil {
+							return ""
+						}
+						return string(m[1])
+					}
+					wc, gc := next(want.body), next(got.body)
+					if wc == "" || gc == "" {
+						return fmt.Errorf("no continue token: kube-apiserver %q, index-apiserver %q", wc, gc)
+					}
+					want = u38Get(t, ctx, kube, base+"?limit=1&"+sel+"&continue="+url.QueryEscape(wc), jsonType)
+					got = u38Get(t, ctx, e.host, base+"?limit=1&"+sel+"&continue="+url.QueryEscape(gc), jsonType)
+					if err := u38Same(want, got, func(b []byte) []byte { return norm(u38WithoutListRV(b, builtIn)) }); err != nil {
+						return fmt.Errorf("second page: %w", err)
+					}
+					return nil
+				})
 				// A watch's event for an update, from the cache.
 				cur, err := dyn.Resource(r.gvr).Namespace(u38NS(r)).Get(ctx, r.name(0), metav1.GetOptions{})
 				if err != nil {
@@ -413,6 +461,30 @@ func TestU38Differential(t *testing.T) {
 			})
 		}
 	}
+}
+
+// u38NewestItem is the newest resourceVersion of a JSON LIST's items.
+func u38NewestItem(t *testing.T, body []byte) string {
+	t.Helper()
+	var l struct {
+		Items []struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(body, &l); err != nil || len(l.Items) == 0 {
+		t.Fatalf("no items (%v) in %s", err, body)
+	}
+	newest := uint64(0)
+	for _, it := range l.Items {
+		n, err := strconv.ParseUint(it.Metadata.ResourceVersion, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newest = max(newest, n)
+	}
+	return strconv.FormatUint(newest, 10)
 }
 
 // u38NS is the namespace of r's objects ("" when cluster-scoped).

@@ -1,8 +1,6 @@
 package anyresource
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -10,6 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
 )
 
 // Serves tells whether a read (query: its query parameters) is of a
@@ -71,18 +71,9 @@ func (r *Registry) Serves(method string, info *request.RequestInfo, table bool, 
 // through too: kube-apiserver's 400 is its own.
 func beforeHistory(verb string, query url.Values, floor uint64) bool {
 	if token := query.Get("continue"); token != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(token)
-		if err != nil {
-			return true
-		}
-		var c struct {
-			RV int64 `json:"rv"`
-		}
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return true
-		}
-		// A negative resourceVersion continues at the current state.
-		return c.RV > 0 && uint64(c.RV) < floor
+		rv, ok := consistentread.ContinueRV(token)
+		// 0: a negative resourceVersion continues at the current state.
+		return !ok || (rv > 0 && rv < floor)
 	}
 	if verb != "watch" || query.Get("sendInitialEvents") == "true" {
 		// A WatchList starts from a state not older than its
