@@ -139,7 +139,7 @@ func (b *BudgetOptions) AddFlags(fs *pflag.FlagSet) {
 			"but its resource gets no cache: its policies read Ready=False, reason OverBudget, and its reads under the cluster proxy pass through to kube-apiserver. "+
 			"Resources cached first keep their caches. 0: no cap.")
 	fs.Var(&b.MaxBytes, "max-cache-bytes",
-		"The most bytes of kube-apiserver's JSON (managedFields aside) that the caches IndexPolicies start beyond pods and nodes may hold together, as a quantity (512Mi, 2Gi). "+
+		"The most bytes of kube-apiserver's JSON (managedFields included) that the caches IndexPolicies start beyond pods and nodes may hold together, as a quantity (512Mi, 2Gi). "+
 			fmt.Sprintf("Default: 1/%d of the memory the server may use, rounded down to a MiB: the smaller of its cgroup's memory limit "+
 				"(cgroup v2 memory.max, v1 memory.limit_in_bytes) and GOMEMLIMIT; %s when neither is set. ",
 				cachebudget.ShareDenominator, cachebudget.Bytes(cachebudget.FallbackMaxBytes))+
