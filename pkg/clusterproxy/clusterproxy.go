@@ -180,10 +180,11 @@ func (h *Handler) passThrough(w http.ResponseWriter, req *http.Request, info *re
 
 // routed tells whether where a read is answered is routed (Route), and
 // its shape: a consistent read (no resourceVersion: a GET, a LIST's first
-// page, a watch that sends its initial state first), or a GET or a LIST's
-// first page at a resourceVersion N other than 0 (NotOlderThan or Exact),
-// which the cache answers only once it has reached N: target is N then.
-// A later page reads at its continue token's state.
+// page, a watch that sends its initial state first), or a GET, a LIST's
+// first page or a watch from a resourceVersion N other than 0
+// (NotOlderThan or Exact), which the cache answers only once it has
+// reached N: target is N then. A later page reads at its continue token's
+// state.
 func routed(info *request.RequestInfo, query url.Values) (_ consistentread.Shape, target uint64, _ bool) {
 	if token := query.Get("continue"); token != "" && info.Verb == "list" {
 		// A later page: at its token's state, which may be one another
@@ -198,7 +199,13 @@ func routed(info *request.RequestInfo, query url.Values) (_ consistentread.Shape
 	}
 	if rv := query.Get("resourceVersion"); rv != "" {
 		n, err := strconv.ParseUint(rv, 10, 64)
-		if err != nil || n == 0 || (info.Verb != "get" && info.Verb != "list") {
+		if err != nil || n == 0 {
+			return 0, 0, false
+		}
+		if info.Verb == "watch" && query.Get("sendInitialEvents") != "true" {
+			return consistentread.ShapeWatchFrom, n, true
+		}
+		if info.Verb != "get" && info.Verb != "list" {
 			return 0, 0, false
 		}
 		shape, ok := consistent(info, query)

@@ -621,6 +621,8 @@ func TestConsistentReadsRouted(t *testing.T) {
 		{"/api/v1/pods?limit=5&continue=abc", false, 0, true},
 		{"/api/v1/namespaces/ns/pods/p?resourceVersion=0", false, 0, true},
 		{"/api/v1/pods?watch=true", false, 0, true},
+		{"/api/v1/pods?watch=true&resourceVersion=0", false, 0, true},
+		{"/api/v1/pods?watch=true&resourceVersion=12", true, consistentread.ShapeWatchFrom, false},
 		{"/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersion=5&resourceVersionMatch=NotOlderThan", false, 0, true},
 		{"/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan", true, consistentread.ShapeWatchList, true},
 	} {

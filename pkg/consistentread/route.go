@@ -48,10 +48,14 @@ const (
 	// start). It is never passed through: the cache serves the watch, and
 	// only where its initial state comes from is routed (Route).
 	ShapeWatchList
+	// ShapeWatchFrom: a watch from a resourceVersion N (no initial
+	// events): after a LIST at kube-apiserver (one passed through), N may
+	// be newer than a quiet cache can prove it has reached.
+	ShapeWatchFrom
 	shapes
 )
 
-var shapeNames = [shapes]string{"get", "selective", "whole", "watchlist"}
+var shapeNames = [shapes]string{"get", "selective", "whole", "watchlist", "watchfrom"}
 
 func (s Shape) String() string { return shapeNames[s] }
 
@@ -173,6 +177,9 @@ func (r *Reader) Route(ctx context.Context, shape Shape) (_ context.Context, atC
 		// A read at a resourceVersion the cache has reached: no wait.
 		r.routed(RouteCache)
 		return ctx, true, nop
+	}
+	if shape == ShapeWatchFrom {
+		return r.routeWatchFrom(ctx)
 	}
 	route := RouteGet
 	var want uint64
@@ -304,6 +311,34 @@ func (r *Reader) routeWatch(ctx context.Context) context.Context {
 		r.routed(RouteLate)
 	}
 	return withStateFromUpstream(ctx)
+}
+
+// routeWatchFrom routes a watch from a resourceVersion N the cache has not
+// reached (ShapeWatchFrom, N in the context): the cache's once it reaches
+// N within Fallback; else passed through as the caller, at once on a quiet
+// resource. A watch kube-apiserver does not keep in a watch cache (events)
+// gets no bookmark, so a quiet cache of it would never be proven to have
+// reached N: without this, the watch would end with "Too large resource
+// version" after --freshness-timeout, and an informer relist and watch
+// again, forever. A passed-through watch holds no slot: it lasts.
+func (r *Reader) routeWatchFrom(ctx context.Context) (context.Context, bool, func()) {
+	nop := func() {}
+	if r.route.late.Load() < lateInARow {
+		if _, ok := r.prove(ctx, r.cfg.Fallback); ok {
+			r.route.late.Store(0)
+			r.routed(RouteCache)
+			return ctx, true, nop
+		}
+		if ctx.Err() != nil {
+			return ctx, true, nop // the cache answers the error
+		}
+		r.route.late.Add(1)
+		r.routed(RouteLate)
+		return ctx, false, nop
+	}
+	r.recheck()
+	r.routed(RouteQuiet)
+	return ctx, false, nop
 }
 
 // prove reads kube-apiserver's current resourceVersion (shared with the

@@ -133,6 +133,26 @@ func TestRoute(t *testing.T) {
 			t.Fatal("a read at a resourceVersion the cache reached within the bound was passed through")
 		}
 	})
+	t.Run("WatchFromAheadOfAQuietCache", func(t *testing.T) {
+		// A watch from a resourceVersion the cache has: the cache's. One
+		// from ahead of a quiet cache (an informer's after a LIST that
+		// passed through): passed through at once, holding no slot.
+		c := newCache(t, 50, nil, 5*time.Second) // at 10, quiet
+		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: time.Hour, MaxUpstreamReads: 1})
+		_, atCache, done := r.Route(WithTarget(context.Background(), 10), ShapeWatchFrom)
+		done()
+		if !atCache {
+			t.Fatal("a watch from a resourceVersion the cache has was passed through")
+		}
+		for range 3 { // more than MaxUpstreamReads, none released
+			if _, atCache, _ := r.Route(WithTarget(context.Background(), 40), ShapeWatchFrom); atCache {
+				t.Fatal("a watch from ahead of a quiet cache was kept for it")
+			}
+		}
+		if routeCount(t, RouteQuiet) != 3 {
+			t.Errorf("quiet routes %v, want 3", routeCount(t, RouteQuiet))
+		}
+	})
 	t.Run("PassThroughsAreCapped", func(t *testing.T) {
 		c := newCache(t, 50, nil, 5*time.Second)
 		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: 10 * time.Millisecond, MaxUpstreamReads: 1})

@@ -399,7 +399,10 @@ func TestU38Differential(t *testing.T) {
 					u38Check(t, base+"?"+q, 10*time.Second, func() error {
 						before := cacheServed(t)
 						want, got := u38Get(t, ctx, kube, base+"?"+q, jsonType), u38Get(t, ctx, e.host, base+"?"+q, jsonType)
-						if e.name == "direct" && cacheServed(t) == before {
+						// An Exact read below the cache's current state
+						// passes through (docs/indexpolicy.md), as it may be
+						// once a bookmark moved the cache past the objects.
+						if e.name == "direct" && !strings.Contains(q, "Exact") && cacheServed(t) == before {
 							return fmt.Errorf("not served from the cache")
 						}
 						return u38Same(want, got, func(b []byte) []byte { return u38WithoutListRV(b, builtIn) })
@@ -438,6 +441,13 @@ func TestU38Differential(t *testing.T) {
 				defer cancel()
 				wp := base + "?watch=true&fieldSelector=" + url.QueryEscape("metadata.name="+r.name(0)) + "&resourceVersion=" + cur.GetResourceVersion()
 				wantW, gotW := u38Watch(t, wctx, kube, wp), u38Watch(t, wctx, e.host, wp)
+				// And from the resourceVersion of a consistent LIST at
+				// kube-apiserver, as an informer watches after a LIST that
+				// passed through: kube-apiserver reached it through other
+				// resources, which a quiet cache cannot prove it has.
+				lrv := u38ListRV(t, u38Get(t, ctx, kube, base+"?"+sel, jsonType).body, r.crd == "")
+				wpl := base + "?watch=true&fieldSelector=" + url.QueryEscape("metadata.name="+r.name(0)) + "&resourceVersion=" + lrv
+				wantL, gotL := u38Watch(t, wctx, kube, wpl), u38Watch(t, wctx, e.host, wpl)
 				if _, err := dyn.Resource(r.gvr).Namespace(u38NS(r)).Patch(ctx, r.name(0), types.MergePatchType, []byte(`{"metadata":{"annotations":{"u38d-changed":"`+e.name+`"}}}`), metav1.PatchOptions{FieldManager: "u38-" + e.name}); err != nil {
 					t.Fatal(err)
 				}
@@ -445,6 +455,11 @@ func TestU38Differential(t *testing.T) {
 				_, g := u38Event(t, gotW, "MODIFIED")
 				if w != g {
 					t.Errorf("watch event\nkube-apiserver  %s\nindex-apiserver %s", w, g)
+				}
+				_, w = u38Event(t, wantL, "MODIFIED")
+				_, g = u38Event(t, gotL, "MODIFIED")
+				if w != g {
+					t.Errorf("watch event from a LIST's resourceVersion\nkube-apiserver  %s\nindex-apiserver %s", w, g)
 				}
 				// A WatchList's initial events and end bookmark.
 				lp := base + "?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&" + sel
@@ -461,6 +476,21 @@ func TestU38Differential(t *testing.T) {
 			})
 		}
 	}
+}
+
+// u38ListRV is a JSON LIST body's own resourceVersion (a built-in's
+// first, a custom resource's last: sorted keys).
+func u38ListRV(t *testing.T, body []byte, builtIn bool) string {
+	t.Helper()
+	all := u38RVField.FindAll(body, -1)
+	if len(all) == 0 {
+		t.Fatalf("no resourceVersion in %s", body)
+	}
+	m := all[len(all)-1]
+	if builtIn {
+		m = all[0]
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(string(m), `"resourceVersion":"`), `"`)
 }
 
 // u38NewestItem is the newest resourceVersion of a JSON LIST's items.
