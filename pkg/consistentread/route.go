@@ -100,6 +100,10 @@ type route struct {
 	// each shape passed through to it (a moving average; 0: none yet).
 	upstreamMu sync.Mutex
 	upstream   [shapes]time.Duration
+
+	// watchLateUntil: until when watches from ahead of the cache pass
+	// through at once (routeWatchFrom).
+	watchLateUntil atomic.Pointer[time.Time]
 }
 
 // bound is how long a read of shape may wait for the proof: what
@@ -314,32 +318,43 @@ func (r *Reader) routeWatch(ctx context.Context) context.Context {
 }
 
 // routeWatchFrom routes a watch from a resourceVersion N the cache has not
-// reached (ShapeWatchFrom, N in the context): the cache's once it reaches
-// N within Fallback; else passed through as the caller, at once on a quiet
-// resource. A watch kube-apiserver does not keep in a watch cache (events)
-// gets no bookmark, so a quiet cache of it would never be proven to have
-// reached N: without this, the watch would end with "Too large resource
-// version" after --freshness-timeout, and an informer relist and watch
-// again, forever. A passed-through watch holds no slot: it lasts.
+// reached (ShapeWatchFrom, N in the context): the cache's once it is
+// proven to have reached N within watchFromBound (a quiet resource's proof
+// is a bookmark about a second away: a watch so started loses nothing and
+// costs kube-apiserver no watch), else passed through as the caller. A
+// watch kube-apiserver does not keep in a watch cache (events) gets no
+// bookmark, so a quiet cache of it is never proven: for watchFromLateFor
+// after a late proof, watches from ahead pass through at once. Without
+// this, such a watch ended with "Too large resource version" after
+// --freshness-timeout, and an informer relisted and watched again,
+// forever. A passed-through watch holds no slot: it lasts.
 func (r *Reader) routeWatchFrom(ctx context.Context) (context.Context, bool, func()) {
 	nop := func() {}
-	if r.route.late.Load() < lateInARow {
-		if _, ok := r.prove(ctx, r.cfg.Fallback); ok {
-			r.route.late.Store(0)
-			r.routed(RouteCache)
-			return ctx, true, nop
-		}
-		if ctx.Err() != nil {
-			return ctx, true, nop // the cache answers the error
-		}
-		r.route.late.Add(1)
-		r.routed(RouteLate)
+	now := r.cfg.Clock.Now()
+	if until := r.route.watchLateUntil.Load(); until != nil && now.Before(*until) {
+		r.routed(RouteQuiet)
 		return ctx, false, nop
 	}
-	r.recheck()
-	r.routed(RouteQuiet)
+	if _, ok := r.prove(ctx, watchFromBound); ok {
+		r.routed(RouteCache)
+		return ctx, true, nop
+	}
+	if ctx.Err() != nil {
+		return ctx, true, nop // the cache answers the error
+	}
+	until := r.cfg.Clock.Now().Add(watchFromLateFor)
+	r.route.watchLateUntil.Store(&until)
+	r.routed(RouteLate)
 	return ctx, false, nop
 }
+
+// watchFromBound is how long a watch from ahead of the cache waits for its
+// proof: a quiet resource's comes after about proofDelay.
+const watchFromBound = proofDelay + proofDelay/2
+
+// watchFromLateFor is how long, after a watch's proof came late, watches
+// from ahead of the cache pass through without waiting.
+const watchFromLateFor = 10 * time.Second
 
 // prove reads kube-apiserver's current resourceVersion (shared with the
 // reads arriving together) and waits up to bound for the cache to reach it,

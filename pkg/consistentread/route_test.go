@@ -133,24 +133,48 @@ func TestRoute(t *testing.T) {
 			t.Fatal("a read at a resourceVersion the cache reached within the bound was passed through")
 		}
 	})
-	t.Run("WatchFromAheadOfAQuietCache", func(t *testing.T) {
-		// A watch from a resourceVersion the cache has: the cache's. One
-		// from ahead of a quiet cache (an informer's after a LIST that
-		// passed through): passed through at once, holding no slot.
-		c := newCache(t, 50, nil, 5*time.Second) // at 10, quiet
-		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: time.Hour, MaxUpstreamReads: 1})
+	t.Run("WatchFromAheadOfTheCache", func(t *testing.T) {
+		// A watch from a resourceVersion the cache has: the cache's; from
+		// ahead of it: the cache's once proven within watchFromBound.
+		clk := testingclock.NewFakeClock(time.Now())
+		c := newCache(t, 50, nil, 5*time.Second) // at 10
+		r := New(c, Config{GroupResource: indexing.Resource(t.Name()), Fallback: 20 * time.Millisecond, MaxUpstreamReads: 1, Clock: clk})
 		_, atCache, done := r.Route(WithTarget(context.Background(), 10), ShapeWatchFrom)
 		done()
 		if !atCache {
 			t.Fatal("a watch from a resourceVersion the cache has was passed through")
 		}
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			c.Ingest().UpdateResourceVersion("20")
+		}()
+		if _, atCache, _ := r.Route(WithTarget(context.Background(), 20), ShapeWatchFrom); !atCache {
+			t.Fatal("a watch from a resourceVersion the cache reached within the bound was passed through")
+		}
+		// Never proven (kube-apiserver sends no bookmark): passed through
+		// after the bound, then at once for a while, holding no slot.
+		if _, atCache, _ := r.Route(WithTarget(context.Background(), 40), ShapeWatchFrom); atCache {
+			t.Fatal("a watch from ahead of a cache that cannot reach it was kept for it")
+		}
+		start := time.Now()
 		for range 3 { // more than MaxUpstreamReads, none released
 			if _, atCache, _ := r.Route(WithTarget(context.Background(), 40), ShapeWatchFrom); atCache {
-				t.Fatal("a watch from ahead of a quiet cache was kept for it")
+				t.Fatal("a watch from ahead was kept for the cache")
 			}
 		}
-		if routeCount(t, RouteQuiet) != 3 {
-			t.Errorf("quiet routes %v, want 3", routeCount(t, RouteQuiet))
+		if took := time.Since(start); took > watchFromBound {
+			t.Errorf("watches after a late proof waited %v", took)
+		}
+		if routeCount(t, RouteLate) != 1 || routeCount(t, RouteQuiet) != 3 || routeCount(t, RouteCache) != 2 {
+			t.Errorf("routes late %v, quiet %v, cache %v; want 1, 3, 2", routeCount(t, RouteLate), routeCount(t, RouteQuiet), routeCount(t, RouteCache))
+		}
+		clk.Step(watchFromLateFor)
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			c.Ingest().UpdateResourceVersion("40")
+		}()
+		if _, atCache, _ := r.Route(WithTarget(context.Background(), 40), ShapeWatchFrom); !atCache {
+			t.Fatal("after a while, a watch from ahead did not wait for its proof again")
 		}
 	})
 	t.Run("PassThroughsAreCapped", func(t *testing.T) {
