@@ -62,7 +62,7 @@ func (c *Cache) decoded(e *held.Entry) runtime.Object {
 		return e.Obj
 	}
 	p := e.Kept.First()
-	obj, err := c.cfg.Compaction.Expand(p.Format, p.Raw)
+	obj, err := c.cfg.Compaction.Expand(p.Format, p.Bytes())
 	if err != nil {
 		// The bytes were made by Compact at ingest.
 		panic(fmt.Sprintf("indexcache: cannot decode %s: %v", e.Key, err))
@@ -74,6 +74,15 @@ func (c *Cache) decoded(e *held.Entry) runtime.Object {
 // objects compact.
 func (c *Cache) compact(e *held.Entry) error {
 	if c.cfg.Compaction == nil {
+		return nil
+	}
+	if pc, ok := c.cfg.Compaction.(PieceCompaction); ok {
+		piece, err := pc.CompactPiece(e.Obj)
+		if err != nil {
+			return err
+		}
+		e.Kept.AddPiece(piece)
+		e.Obj = nil
 		return nil
 	}
 	format, raw, err := c.cfg.Compaction.Compact(e.Obj)

@@ -1,6 +1,8 @@
 package indexcache
 
 import (
+	"unique"
+
 	"github.com/index-apiserver/index-apiserver/pkg/indexcache/internal/held"
 )
 
@@ -10,15 +12,27 @@ import (
 // buffer's capacity; pieces moved into a pack (Object.Move) count the
 // pack, once, by its capacity, however many of them lie there and however
 // much of it is dead: a piece keeps its whole pack alive. (ReleasePacks
-// moves what is still held out of packs that are mostly dead.) The old
+// moves what is still held out of packs that are mostly dead.) A part
+// pieces share (Piece.Parts) counts its bytes once. The old
 // versions the event window holds are not counted. It walks the objects
 // under the read lock: for status and the budget, now and then, not per
 // request.
 func (c *Cache) Held() (objects int, bytes int64) {
 	var packs map[*held.Pack]struct{}
 	var last *held.Pack // a LIST's neighbours share packs: one lookup per run
+	var parts map[unique.Handle[string]]struct{}
 	objects = c.store.Each(func(e *held.Entry) bool {
 		for _, pc := range e.Kept.Pieces() {
+			// A shared value counts once, however many pieces share it.
+			for _, p := range pc.Parts {
+				if _, ok := parts[p.Value]; !ok {
+					if parts == nil {
+						parts = map[unique.Handle[string]]struct{}{}
+					}
+					parts[p.Value] = struct{}{}
+					bytes += int64(len(p.Value.Value()))
+				}
+			}
 			switch {
 			case pc.Pack == nil:
 				bytes += int64(cap(pc.Raw))

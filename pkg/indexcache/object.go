@@ -58,6 +58,15 @@ type Object struct {
 // Pack is a buffer of kept pieces of consecutive objects (Object.Move).
 type Pack = held.Pack
 
+// Piece is one kept serialization, whose bytes may share parts with other
+// objects' pieces (Part: interned, so that what many objects repeat is
+// held once): its bytes are Bytes(), or written a segment at a time
+// (Segments) without assembling them.
+type (
+	Piece = held.Piece
+	Part  = held.Part
+)
+
 // NewPack makes a pack of buf (held.NewPack says how it is filled).
 func NewPack(buf []byte) *Pack { return held.NewPack(buf) }
 
@@ -220,7 +229,31 @@ func (o *Object) KeptIn(format string) (raw []byte, pack *Pack, at int, ok bool)
 		return nil, nil, 0, false
 	}
 	pc := k.Piece(format)
-	return pc.Raw, pc.Pack, pc.At, pc.Raw != nil
+	return pc.Bytes(), pc.Pack, pc.At, pc.Kept()
+}
+
+// KeptPiece is Kept for a piece that may share parts (Piece.Parts): the
+// piece kept under format, made by make the first time. A private copy
+// keeps nothing.
+func (o *Object) KeptPiece(format string, make func() (Piece, error)) (Piece, error) {
+	k := o.keptPieces()
+	if k == nil {
+		return make()
+	}
+	if pc := k.Piece(format); pc.Kept() {
+		return pc, nil
+	}
+	return k.MakePiece(format, make)
+}
+
+// PieceIn is the piece kept under format, if one is.
+func (o *Object) PieceIn(format string) (Piece, bool) {
+	k := o.keptPieces()
+	if k == nil {
+		return Piece{}, false
+	}
+	pc := k.Piece(format)
+	return pc, pc.Kept()
 }
 
 // Move keeps the piece kept under format at pack.Bytes()[at:], where the

@@ -112,6 +112,14 @@ type Compaction interface {
 	Expand(format string, raw []byte) (runtime.Object, error)
 }
 
+// PieceCompaction is a Compaction whose compact form may share parts with
+// other objects' (Piece.Parts): the cache holds CompactPiece's piece, and
+// Expand gets its bytes.
+type PieceCompaction interface {
+	Compaction
+	CompactPiece(obj runtime.Object) (Piece, error)
+}
+
 // ListOptions selects what List returns.
 type ListOptions struct {
 	// Namespace limits the list to one namespace; "" means all.

@@ -37,9 +37,9 @@ func (c *Cache) Stats() storage.Stats {
 	}
 	var sampled, bytes int64
 	n := c.store.Each(func(e *held.Entry) bool {
-		if raw := e.Kept.First().Raw; len(raw) > 0 {
+		if n := e.Kept.First().Len(); n > 0 {
 			sampled++
-			bytes += int64(len(raw))
+			bytes += int64(n)
 		}
 		return sampled < statsSample
 	})

@@ -129,6 +129,71 @@ func DropManagedFields(obj []byte) ([]byte, error) {
 	return append(out, obj[md.valEnd:]...), nil
 }
 
+// FieldSet is where one metadata.managedFields entry's fieldsV1 lies in an
+// object's JSON ([Start, End) offsets), and whose field set it is: the
+// entry's manager and subresource (their JSON strings' contents, escapes
+// left as they are).
+type FieldSet struct {
+	Start, End           int
+	Manager, Subresource string
+}
+
+// FieldSets returns the field sets of obj's managedFields entries, in
+// order: what many objects repeat byte for byte, or nearly (the pods one
+// controller makes from one template, the kubelet's for every pod).
+func FieldSets(obj []byte) ([]FieldSet, error) {
+	ms, err := members(obj)
+	if err != nil {
+		return nil, err
+	}
+	md, _, ok := find(ms, "metadata")
+	if !ok {
+		return nil, nil
+	}
+	mdRaw := obj[md.valStart:md.valEnd]
+	mms, err := members(mdRaw)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	mf, _, ok := find(mms, "managedFields")
+	if !ok {
+		return nil, nil
+	}
+	arr := mdRaw[mf.valStart:mf.valEnd]
+	if arr[0] != '[' { // null
+		return nil, nil
+	}
+	base := md.valStart + mf.valStart
+	str := func(entry []byte, ems []member, key string) string {
+		m, _, ok := find(ems, key)
+		if !ok || entry[m.valStart] != '"' {
+			return ""
+		}
+		return string(entry[m.valStart+1 : m.valEnd-1])
+	}
+	var out []FieldSet
+	for i := skipWS(arr, 1); i < len(arr) && arr[i] != ']'; {
+		end, err := skipValue(arr, i)
+		if err != nil {
+			return nil, fmt.Errorf("managedFields: %w", err)
+		}
+		if entry := arr[i:end]; entry[0] == '{' {
+			ems, err := members(entry)
+			if err != nil {
+				return nil, fmt.Errorf("managedFields: %w", err)
+			}
+			if f, _, ok := find(ems, "fieldsV1"); ok {
+				out = append(out, FieldSet{Start: base + i + f.valStart, End: base + i + f.valEnd,
+					Manager: str(entry, ems, "manager"), Subresource: str(entry, ems, "subresource")})
+			}
+		}
+		if i = skipWS(arr, end); i < len(arr) && arr[i] == ',' {
+			i = skipWS(arr, i+1)
+		}
+	}
+	return out, nil
+}
+
 // Typed tells whether held bytes carry apiVersion and kind themselves (a
 // custom resource's do), so that a single object is written as they are.
 func Typed(raw []byte) bool {

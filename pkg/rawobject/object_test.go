@@ -88,3 +88,27 @@ func TestDecodeRefusesWhatIsNotAnObject(t *testing.T) {
 		}
 	}
 }
+
+func TestFieldSets(t *testing.T) {
+	obj := `{"metadata":{"name":"a","labels":{"x":"]"},"managedFields":[` +
+		`{"manager":"m1","fieldsV1":{"f:metadata":{"f:labels":{"f:x":{}}}},"subresource":"s"},` +
+		` {"manager":"m2"}, {"fieldsV1": {"f:spec":{"k:{\"ip\":\"10.0.0.1\"}":{}}} }` +
+		`]},"spec":{"fieldsV1":{"not":"this"}}}`
+	sets, err := FieldSets([]byte(obj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, fs := range sets {
+		got = append(got, fs.Manager+"/"+fs.Subresource+" "+obj[fs.Start:fs.End])
+	}
+	want := []string{`m1/s {"f:metadata":{"f:labels":{"f:x":{}}}}`, `/ {"f:spec":{"k:{\"ip\":\"10.0.0.1\"}":{}}}`}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("field sets %q, want %q", got, want)
+	}
+	for _, none := range []string{`{"metadata":{"name":"a"}}`, `{"metadata":{"managedFields":null}}`, `{"spec":{}}`} {
+		if sets, err := FieldSets([]byte(none)); err != nil || len(sets) != 0 {
+			t.Errorf("%s: %v, %v", none, sets, err)
+		}
+	}
+}

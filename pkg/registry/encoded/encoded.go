@@ -17,7 +17,9 @@
 // with managedFields cut out where that is kept (always in the format the
 // object is held in: a field the compiled types do not know reaches both
 // views, and nothing is decoded), else encoded from the view's decoded
-// object; at most once per version and format too.
+// object; at most once per version and format too. A kept body holds the
+// field sets of its managedFields as parts it shares with the other bodies
+// that repeat them, and writes them in place (share.go).
 //
 // Nothing about the codecs is assumed: the envelope of each encoder
 // (identified by its runtime.Identifier) is learned from its first output,
@@ -108,14 +110,14 @@ func (Objects) CacheEncode(o *indexcache.Object, id runtime.Identifier, encode f
 
 // Body returns o's kept body in the format of the encoder id, and that
 // format; ok is false when that encoder's output is not kept.
-func Body(o *indexcache.Object, id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (body []byte, format string, ok bool, err error) {
+func Body(o *indexcache.Object, id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (body indexcache.Piece, format string, ok bool, err error) {
 	sh, err := shapeFor(id, o.Type(), encode)
 	if err != nil || sh.frame || sh.format == "" {
-		return nil, "", false, err
+		return indexcache.Piece{}, "", false, err
 	}
 	body, direct, err := keptBody(o, sh, encode)
 	if err != nil || direct != nil {
-		return nil, "", false, err
+		return indexcache.Piece{}, "", false, err
 	}
 	return body, sh.format, true, nil
 }
@@ -152,33 +154,37 @@ func shapeFor(id runtime.Identifier, t reflect.Type, encode func(runtime.Object,
 	return sh.(*shape), nil
 }
 
-// keptBody returns o's body in sh's format, encoding it the first time; an
-// output not of sh's shape comes back whole as direct, kept nowhere. A view
-// without managedFields cuts its body out of the full object's kept one
-// when there is one (there always is in the format the object is held
-// in), and encodes its decoded object only when there is none.
-func keptBody(o *indexcache.Object, sh *shape, encode func(runtime.Object, io.Writer) error) (body, direct []byte, err error) {
-	body, err = o.Kept(keptFormat(o, sh.format), func() ([]byte, error) {
+// keptBody returns o's body in sh's format, encoding it the first time,
+// its field sets shared (share); an output not of sh's shape comes back
+// whole as direct, kept nowhere. A view without managedFields cuts its
+// body out of the full object's kept one when there is one (there always
+// is in the format the object is held in), and encodes its decoded object
+// only when there is none.
+func keptBody(o *indexcache.Object, sh *shape, encode func(runtime.Object, io.Writer) error) (body indexcache.Piece, direct []byte, err error) {
+	body, err = o.KeptPiece(keptFormat(o, sh.format), func() (indexcache.Piece, error) {
 		if o.HidesManagedFields() {
-			if full, _, _, ok := o.KeptIn(sh.format); ok {
-				if cut, ok := cutManagedFields(sh.format, full); ok {
-					return cut, nil
+			if full, ok := o.PieceIn(sh.format); ok {
+				if cut, ok := cutManagedFields(sh.format, full.Bytes()); ok {
+					return indexcache.Piece{Raw: cut}, nil
 				}
 			}
 		}
 		var buf bytes.Buffer
 		if err := encode(o.Decoded(), &buf); err != nil {
-			return nil, err
+			return indexcache.Piece{}, err
 		}
 		b, ok := sh.body(buf.Bytes())
 		if !ok {
 			direct = buf.Bytes()
-			return nil, errShape
+			return indexcache.Piece{}, errShape
 		}
-		return b, nil
+		if o.HidesManagedFields() {
+			return indexcache.Piece{Raw: b}, nil
+		}
+		return share(sh.format, b), nil
 	})
 	if errors.Is(err, errShape) {
-		return nil, direct, nil
+		return indexcache.Piece{}, direct, nil
 	}
 	return body, nil, err
 }
@@ -237,18 +243,50 @@ func (sh *shape) body(out []byte) ([]byte, bool) {
 // write writes an output of this shape around body. The first write is
 // one byte, so that the handlers' response writer buffers and decides on
 // compression by the whole body's size, as for an encoder's single write.
-func (sh *shape) write(w io.Writer, body []byte) error {
+func (sh *shape) write(w io.Writer, body indexcache.Piece) error {
 	var err error
 	switch sh.format {
 	case JSON:
-		_, err = WriteAll(w, sh.head[:1], sh.head[1:], body[1:], sh.tail)
+		// The body's "{" is the head's.
+		if _, err = WriteAll(w, sh.head[:1], sh.head[1:]); err == nil {
+			if err = writePiece(w, body, 1); err == nil {
+				_, err = w.Write(sh.tail)
+			}
+		}
 	case Protobuf:
 		var hdr [1 + maxVarint]byte
 		hdr[0] = 0x12
-		n := 1 + putVarint(hdr[1:], uint64(len(body)))
-		_, err = WriteAll(w, sh.head[:1], sh.head[1:], hdr[:n], body, sh.tail)
+		n := 1 + putVarint(hdr[1:], uint64(body.Len()))
+		if _, err = WriteAll(w, sh.head[:1], sh.head[1:], hdr[:n]); err == nil {
+			if err = writePiece(w, body, 0); err == nil {
+				_, err = w.Write(sh.tail)
+			}
+		}
 	}
 	return err
+}
+
+// writePiece writes pc's bytes but the first skip (a JSON body's "{",
+// never in a shared part), a write per run of its own and per part: what
+// Segments passes, without a call per segment (LISTs write thousands).
+func writePiece(w io.Writer, pc indexcache.Piece, skip int) error {
+	at := skip
+	for _, p := range pc.Parts {
+		if p.At > at {
+			if _, err := w.Write(pc.Raw[at:p.At]); err != nil {
+				return err
+			}
+			at = p.At
+		}
+		if _, err := w.Write(p.Bytes()); err != nil {
+			return err
+		}
+	}
+	if at < len(pc.Raw) {
+		_, err := w.Write(pc.Raw[at:])
+		return err
+	}
+	return nil
 }
 
 // WriteAll writes parts in order, as one write each, and the bytes written.

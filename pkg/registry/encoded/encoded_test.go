@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unique"
 
 	restful "github.com/emicklei/go-restful/v3"
 	corev1 "k8s.io/api/core/v1"
@@ -136,6 +138,7 @@ type servers struct {
 	encodes      *podEncodes
 	expands      atomic.Int64 // pods decoded from their held bytes
 	ingest       indexcache.IngestStore
+	cache        *indexcache.Cache
 	pods         []*corev1.Pod
 	// writes are the sizes of the writes of each response's body, in order.
 	writes *writeLog
@@ -184,7 +187,7 @@ func serve(t *testing.T) *servers {
 		t.Fatal(err)
 	}
 	t.Cleanup(cache.Stop)
-	s.ingest = cache.Ingest()
+	s.ingest, s.cache = cache.Ingest(), cache
 	var objs []interface{}
 	for i := range pods {
 		p := realistic.SparkExecutorPod("spark", i/10, "spark-pi-driver", "5a3c0000-0000-4000-8000-000000000007", i%10, realistic.NodeName(i))
@@ -804,5 +807,79 @@ func TestManagedFieldsAreHeldInTheMessage(t *testing.T) {
 		if got, err := json.Marshal(m.GetManagedFields()); err != nil || !bytes.Contains(raw, got) || len(m.GetManagedFields()) != len(want.GetManagedFields()) {
 			t.Fatalf("%s: decoded managedFields %s, %v", c.res.Name, got, err)
 		}
+	}
+}
+
+// TestFieldSetsAreShared: the field sets (fieldsV1) of a kept body's
+// managedFields are held once for all the objects, versions and formats
+// that repeat them: pods made from one template (the same owner) share
+// their creator's, pods share their kubelet's but for the run of bytes that
+// differs (the podIPs key, the pod's own), a pod's protobuf and JSON bodies
+// and its next version share them too. What is written is unchanged
+// (TestBodiesEqualTheDecodedPath).
+func TestFieldSetsAreShared(t *testing.T) {
+	s := serve(t)
+	p := s.pods[5].DeepCopy()
+	p.ResourceVersion = "101"
+	p.Status.Phase = corev1.PodSucceeded // the kubelet's field set is the same
+	old, err := s.cache.Get(context.Background(), "spark", p.Name, "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ingest.Update(p); err != nil {
+		t.Fatal(err)
+	}
+	get(t, s.core, "/api/v1/namespaces/spark/pods?resourceVersion=101", jsonType) // the JSON bodies
+	res, err := s.cache.List(context.Background(), indexcache.ListOptions{ResourceVersion: "101"})
+	if err != nil || len(res.Items) != pods {
+		t.Fatal(res, err)
+	}
+	values := func(pc indexcache.Piece) map[unique.Handle[string]]bool {
+		out := map[unique.Handle[string]]bool{}
+		for _, part := range pc.Parts {
+			out[part.Value] = true
+		}
+		return out
+	}
+	all := map[unique.Handle[string]]bool{}
+	var each int64
+	for _, o := range res.Items {
+		proto, ok := o.PieceIn(encoded.Protobuf)
+		js, _ := o.PieceIn(encoded.JSON)
+		if !ok || !js.Kept() {
+			t.Fatalf("%s: no protobuf or JSON body kept", o.GetName())
+		}
+		sets, err := rawobject.FieldSets(js.Bytes())
+		if err != nil || len(sets) != 2 {
+			t.Fatalf("%s: %d field sets (%v)", o.GetName(), len(sets), err)
+		}
+		fieldSets := 0
+		for _, fs := range sets {
+			fieldSets += fs.End - fs.Start
+		}
+		// All of the field sets shared but the kubelet's run with the IP.
+		for _, pc := range []indexcache.Piece{proto, js} {
+			if shared := pc.Len() - len(pc.Raw); shared < fieldSets-32 {
+				t.Errorf("%s %s: %d of its %d bytes of field sets shared", o.GetName(), pc.Format, shared, fieldSets)
+			}
+		}
+		if !maps.Equal(values(proto), values(js)) {
+			t.Errorf("%s: its protobuf and JSON bodies share different values", o.GetName())
+		}
+		maps.Copy(all, values(proto))
+		each += int64(proto.Len() + js.Len())
+	}
+	if len(all) > 3 {
+		t.Errorf("%d pods hold %d distinct shared values, want the creator's and the kubelet's (and one the kubelet's before the template settled)", pods, len(all))
+	}
+	prev, _ := old.PieceIn(encoded.Protobuf)
+	for _, o := range res.Items {
+		if cur, _ := o.PieceIn(encoded.Protobuf); o.GetName() == p.Name && !maps.Equal(values(prev), values(cur)) {
+			t.Error("a pod's next version does not share its field sets")
+		}
+	}
+	// Each value is counted once.
+	if _, held := s.cache.Held(); held >= each {
+		t.Errorf("the cache holds %d bytes, no fewer than its pieces' %d", held, each)
 	}
 }

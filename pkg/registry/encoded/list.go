@@ -46,7 +46,7 @@ func WriteList(w io.Writer, id runtime.Identifier, encode func(runtime.Object, i
 	} else {
 		return false, nil
 	}
-	bodies := make([][]byte, len(items))
+	bodies := make([]indexcache.Piece, len(items))
 	for i, o := range items {
 		b, f, ok, err := Body(o, id, encode)
 		if err != nil {
@@ -100,7 +100,7 @@ func WriteChunked(w io.Writer, write func(*bufio.Writer) error) error {
 
 // writeJSONList writes the rest of a JSON list after its first byte: the
 // envelope's head, the bodies comma-separated, the tail.
-func writeJSONList(w io.Writer, head, tail []byte, bodies [][]byte) error {
+func writeJSONList(w io.Writer, head, tail []byte, bodies []indexcache.Piece) error {
 	if _, err := w.Write(head); err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func writeJSONList(w io.Writer, head, tail []byte, bodies [][]byte) error {
 				return err
 			}
 		}
-		if _, err := w.Write(b); err != nil {
+		if err := writePiece(w, b, 0); err != nil {
 			return err
 		}
 	}
@@ -122,10 +122,12 @@ func writeJSONList(w io.Writer, head, tail []byte, bodies [][]byte) error {
 // writeProtoList writes the rest of the envelope's runtime.Unknown after
 // its 4-byte prefix, with the items (field 2 of the list message) appended
 // to its raw list message.
-func writeProtoList(w io.Writer, head, tail, listMeta []byte, bodies [][]byte) error {
+func writeProtoList(w io.Writer, head, tail, listMeta []byte, bodies []indexcache.Piece) error {
+	lens := make([]int, len(bodies))
 	size := len(listMeta)
-	for _, b := range bodies {
-		size += 1 + varintLen(uint64(len(b))) + len(b)
+	for i, b := range bodies {
+		lens[i] = b.Len()
+		size += 1 + varintLen(uint64(lens[i])) + lens[i]
 	}
 	var hdr [1 + maxVarint]byte
 	hdr[0] = 0x12
@@ -133,9 +135,12 @@ func writeProtoList(w io.Writer, head, tail, listMeta []byte, bodies [][]byte) e
 	if _, err := WriteAll(w, head, hdr[:n], listMeta); err != nil {
 		return err
 	}
-	for _, b := range bodies {
-		n := 1 + putVarint(hdr[1:], uint64(len(b)))
-		if _, err := WriteAll(w, hdr[:n], b); err != nil {
+	for i, b := range bodies {
+		n := 1 + putVarint(hdr[1:], uint64(lens[i]))
+		if _, err := w.Write(hdr[:n]); err != nil {
+			return err
+		}
+		if err := writePiece(w, b, 0); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unique"
+	"unsafe"
 )
 
 // Kept holds an entry's serializations: few (one per wire format asked
@@ -23,6 +25,73 @@ type Piece struct {
 	// (Move); nil while Raw is a buffer of its own.
 	Pack *Pack
 	At   int
+	// Parts are bytes the piece shares with other pieces, interned so
+	// that what many objects repeat is held once, in the order of their
+	// offsets: the piece's bytes are Raw with each part's value inserted
+	// at its offset of Raw (Bytes, Segments). A piece with parts is never
+	// moved to a pack.
+	Parts []Part
+}
+
+// Part is bytes a piece shares with others, Value[From:To], inserted at
+// offset At of its Raw.
+type Part struct {
+	At       int
+	Value    unique.Handle[string]
+	From, To int32
+}
+
+// Bytes is the part's bytes: read only, as they are shared.
+func (p Part) Bytes() []byte {
+	v := p.Value.Value()
+	return unsafe.Slice(unsafe.StringData(v), len(v))[p.From:p.To]
+}
+
+// Kept tells whether the piece is one (the zero Piece is none).
+func (pc Piece) Kept() bool { return pc.Raw != nil || pc.Parts != nil }
+
+// Len is the length of the piece's bytes, its parts' included.
+func (pc Piece) Len() int {
+	n := len(pc.Raw)
+	for _, p := range pc.Parts {
+		n += int(p.To - p.From)
+	}
+	return n
+}
+
+// Bytes is the piece's bytes: Raw when it has no parts, else a new buffer.
+func (pc Piece) Bytes() []byte {
+	if len(pc.Parts) == 0 {
+		return pc.Raw
+	}
+	out := make([]byte, 0, pc.Len())
+	_ = pc.Segments(func(b []byte) error {
+		out = append(out, b...)
+		return nil
+	})
+	return out
+}
+
+// Segments passes the piece's bytes to f in order, a run of Raw or a
+// part's value at a time (read only: a part's value is shared), until f
+// returns an error, which it returns.
+func (pc Piece) Segments(f func([]byte) error) error {
+	at := 0
+	for _, p := range pc.Parts {
+		if p.At > at {
+			if err := f(pc.Raw[at:p.At]); err != nil {
+				return err
+			}
+			at = p.At
+		}
+		if err := f(p.Bytes()); err != nil {
+			return err
+		}
+	}
+	if at < len(pc.Raw) || len(pc.Parts) == 0 {
+		return f(pc.Raw[at:])
+	}
+	return nil
 }
 
 // Pack is one buffer holding the kept pieces of objects that are read one
@@ -55,8 +124,10 @@ func (p *Pack) Seal() { p.sealed.Store(true) }
 // Sealed tells whether Seal was called.
 func (p *Pack) Sealed() bool { return p.sealed.Load() }
 
+// Get is the bytes kept under format (Piece.Bytes: a new buffer for a
+// piece with parts); nil when none are.
 func (k *Kept) Get(format string) []byte {
-	return k.Piece(format).Raw
+	return k.Piece(format).Bytes()
 }
 
 // Piece is the piece kept under format; a zero Piece when none is.
@@ -80,7 +151,7 @@ func (k *Kept) Move(format string, pack *Pack, at int) {
 			return
 		}
 		i := slices.IndexFunc(*old, func(pc Piece) bool { return pc.Format == format })
-		if i < 0 {
+		if i < 0 || (*old)[i].Parts != nil {
 			return
 		}
 		next := slices.Clone(*old)
@@ -134,22 +205,31 @@ func (k *Kept) Loosen(leave func(*Pack) bool) int {
 // Add keeps raw unless a concurrent encoder kept the format first; it
 // returns what is kept.
 func (k *Kept) Add(format string, raw []byte) []byte {
+	return k.AddPiece(Piece{Format: format, Raw: raw}).Bytes()
+}
+
+// AddPiece keeps pc under its format unless a concurrent encoder kept the
+// format first; it returns what is kept.
+func (k *Kept) AddPiece(pc Piece) Piece {
+	if !pc.Kept() {
+		pc.Raw = []byte{}
+	}
 	for {
 		old := k.pieces.Load()
 		var cur []Piece
 		if old != nil {
 			cur = *old
-			for _, pc := range cur {
-				if pc.Format == format {
-					return pc.Raw
+			for _, c := range cur {
+				if c.Format == pc.Format {
+					return c
 				}
 			}
 		}
 		next := make([]Piece, len(cur), len(cur)+1)
 		copy(next, cur)
-		next = append(next, Piece{Format: format, Raw: raw})
+		next = append(next, pc)
 		if k.pieces.CompareAndSwap(old, &next) {
-			return raw
+			return pc
 		}
 	}
 }
@@ -162,12 +242,13 @@ func (k *Kept) First() Piece {
 	return Piece{}
 }
 
-// Size is the bytes kept, for the memory accounting of benchmarks.
+// Size is the bytes kept (shared parts included), for the memory
+// accounting of benchmarks.
 func (k *Kept) Size() int {
 	n := 0
 	if p := k.pieces.Load(); p != nil {
 		for _, pc := range *p {
-			n += len(pc.Raw)
+			n += pc.Len()
 		}
 	}
 	return n
@@ -176,17 +257,30 @@ func (k *Kept) Size() int {
 // Make returns the piece kept under format, made by make (once, however
 // many ask at once) when missing.
 func (k *Kept) Make(format string, make func() ([]byte, error)) ([]byte, error) {
-	k.making.Lock()
-	defer k.making.Unlock()
-	if raw := k.Get(format); raw != nil {
-		return raw, nil
-	}
-	raw, err := make()
+	var raw []byte
+	pc, err := k.MakePiece(format, func() (Piece, error) {
+		var err error
+		raw, err = make()
+		return Piece{Raw: raw}, err
+	})
 	if err != nil {
 		return raw, err
 	}
-	if raw == nil {
-		raw = []byte{}
+	return pc.Bytes(), nil
+}
+
+// MakePiece is Make for a piece that may share parts (Piece.Parts); the
+// piece make returns is kept under format, whatever its Format says.
+func (k *Kept) MakePiece(format string, make func() (Piece, error)) (Piece, error) {
+	k.making.Lock()
+	defer k.making.Unlock()
+	if pc := k.Piece(format); pc.Kept() {
+		return pc, nil
 	}
-	return k.Add(format, raw), nil
+	pc, err := make()
+	if err != nil {
+		return pc, err
+	}
+	pc.Format = format
+	return k.AddPiece(pc), nil
 }

@@ -21,7 +21,8 @@ type Results struct {
 	Fleets          []FleetResult `json:"fleets,omitempty"`
 	FleetBackground int           `json:"fleetBackgroundPods,omitempty"`
 	// JSON size of one realistic pod as kube-apiserver serves it (with
-	// managedFields) and as index-apiserver does (without).
+	// managedFields) and as index-apiserver does under the prefix (without
+	// them before issue 38, with them since).
 	PodJSONBytesKube  int `json:"podJSONBytesKubeAPIServer,omitempty"`
 	PodJSONBytesIndex int `json:"podJSONBytesIndexAPIServer,omitempty"`
 	// The node-agent fleet (-mode agents, agents.go), each size each way.
