@@ -172,7 +172,7 @@ type CacheStatus struct {
 	// +optional
 	Objects int64 `json:"objects"`
 	// bytes is the size of the objects held, as kube-apiserver's JSON (or
-	// protobuf, for pods and nodes), without managedFields.
+	// protobuf, for pods and nodes), managedFields included.
 	// +optional
 	Bytes int64 `json:"bytes"`
 }
