@@ -205,16 +205,7 @@ func TestRoutedConsistentWatch(t *testing.T) {
 		if err := c.Ingest().Update(mkPod("ns", "a1", "u1", 53, map[string]string{"app": "a"}, "n3", "")); err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		for len(got) < 3 {
-			select {
-			case ev := <-w.ResultChan():
-				got = append(got, eventString(t, ev))
-			case <-time.After(5 * time.Second):
-				t.Fatalf("events %v: the watch stalled", got)
-			}
-		}
-		w.Stop()
+		got := firstEvents(t, w, 3)
 		want := []string{"ADDED ns/a1@47", "BOOKMARK /@52!", "MODIFIED ns/a1@53"}
 		for i := range want {
 			if got[i] != want[i] {
@@ -242,18 +233,25 @@ func TestRoutedConsistentWatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		for len(got) < 4 {
-			select {
-			case ev := <-w.ResultChan():
-				got = append(got, eventString(t, ev))
-			case <-time.After(5 * time.Second):
-				t.Fatalf("events %v: the watch stalled", got)
-			}
-		}
-		w.Stop()
+		got := firstEvents(t, w, 4)
 		if got[3] != "BOOKMARK /@50!" || len(up.calls()) != 0 || routeCount(t, RouteCache) != 1 {
 			t.Fatalf("events %v, upstream asked %v: want the cache's state at 50", got, up.calls())
 		}
 	})
+}
+
+// firstEvents reads w's first n events, then stops it.
+func firstEvents(t *testing.T, w watch.Interface, n int) []string {
+	t.Helper()
+	defer w.Stop()
+	var got []string
+	for len(got) < n {
+		select {
+		case ev := <-w.ResultChan():
+			got = append(got, eventString(t, ev))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("events %v: the watch stalled", got)
+		}
+	}
+	return got
 }

@@ -142,12 +142,10 @@ func (c Codec) WriteList(w io.Writer, id runtime.Identifier, encode func(runtime
 		}
 		out = buf.Bytes()
 	}
-	marker := []byte(`"items":[]`)
-	at := bytes.Index(out, marker)
-	if at < 0 {
+	head, tail, ok := atItems(out)
+	if !ok {
 		return false, nil
 	}
-	head, tail := out[:at+len(marker)-1], out[at+len(marker)-1:]
 	if _, err := w.Write(head[:1]); err != nil {
 		return true, err
 	}
@@ -177,35 +175,46 @@ func (c Codec) writeYAMLList(w io.Writer, id runtime.Identifier, encode func(run
 	if isYAML, err := c.yamlOfJSON(id, encode); err != nil || !isYAML {
 		return false, err
 	}
-	head, err := builtInEnvelope(envelope)
+	out, err := builtInEnvelope(envelope)
 	if err != nil {
 		return false, err
 	}
-	marker := []byte(`"items":[]`)
-	at := bytes.Index(head, marker)
-	if at < 0 {
+	head, tail, ok := atItems(out)
+	if !ok {
 		return false, nil
 	}
 	var page bytes.Buffer
 	bw := bufio.NewWriter(&page)
-	if _, err := bw.Write(head[:at+len(marker)-1]); err != nil {
+	if _, err := bw.Write(head); err != nil {
 		return false, err
 	}
 	if err := writeItems(bw, &page, items, whole); err != nil {
 		return false, err
 	}
-	if _, err := bw.Write(head[at+len(marker)-1:]); err != nil {
+	if _, err := bw.Write(tail); err != nil {
 		return false, err
 	}
 	if err := bw.Flush(); err != nil {
 		return false, err
 	}
-	out, err := yaml.JSONToYAML(page.Bytes())
+	asYAML, err := yaml.JSONToYAML(page.Bytes())
 	if err != nil {
 		return false, err
 	}
-	_, err = w.Write(out)
+	_, err = w.Write(asYAML)
 	return true, err
+}
+
+// atItems splits a LIST envelope's JSON, written with "items":[], where
+// its items go: head ends with "items":[, tail starts with ]. ok is false
+// when the envelope has no such place.
+func atItems(envelope []byte) (head, tail []byte, ok bool) {
+	marker := []byte(`"items":[]`)
+	at := bytes.Index(envelope, marker)
+	if at < 0 {
+		return nil, nil, false
+	}
+	return envelope[:at+len(marker)-1], envelope[at+len(marker)-1:], true
 }
 
 // yamlOfJSON tells whether encode is the YAML encoder: its output for an
