@@ -33,6 +33,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/readonly"
 	"github.com/index-apiserver/index-apiserver/pkg/metrics"
 )
 
@@ -151,6 +152,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}()
 	switch outcome {
 	case OutcomeCache:
+		if DropsManagedFields(req.Header) {
+			inner = inner.WithContext(readonly.WithoutManagedFields(inner.Context()))
+		}
 		h.cfg.Cache.ServeHTTP(mw.writer(), unpagedAtRV0(inner, info))
 	case OutcomeFallback:
 		mw.countBytes = true
@@ -229,6 +233,26 @@ func consistent(info *request.RequestInfo, query url.Values) (consistentread.Sha
 		return consistentread.ShapeWhole, query.Get("continue") == ""
 	}
 	return 0, false
+}
+
+// DropsManagedFields tells whether a request's Accept header asks for
+// objects without metadata.managedFields, with KEP-5958's media type
+// parameter (application/json;drop=metadata.managedFields). kube-apiserver
+// 1.37 ignores the parameter and sends them, so a read passed through has
+// them; a cache's held bytes serve both, so its answers honour it.
+func DropsManagedFields(h http.Header) bool {
+	for _, accept := range h.Values("Accept") {
+		for _, clause := range strings.Split(accept, ",") {
+			params := strings.Split(clause, ";")
+			for _, p := range params[1:] {
+				k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+				if strings.TrimSpace(k) == "drop" && strings.Trim(strings.TrimSpace(v), `"`) == "metadata.managedFields" {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // unpagedAtRV0 drops the limit of a LIST at resourceVersion 0, which

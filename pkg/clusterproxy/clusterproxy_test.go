@@ -703,3 +703,24 @@ func TestListAtRV0IsNotPaged(t *testing.T) {
 		}
 	}
 }
+
+// TestDropsManagedFields: KEP-5958's Accept parameter, in any clause.
+func TestDropsManagedFields(t *testing.T) {
+	for accept, want := range map[string]bool{
+		"application/json;drop=metadata.managedFields":                                      true,
+		"application/json; drop=\"metadata.managedFields\"":                                 true,
+		"application/vnd.kubernetes.protobuf;drop=metadata.managedFields, application/json": true,
+		"application/json": false,
+		"application/json;as=Table;v=v1;g=meta.k8s.io": false,
+		"application/json;drop=metadata.labels":        false,
+		"":                                             false,
+	} {
+		h := http.Header{}
+		if accept != "" {
+			h.Set("Accept", accept)
+		}
+		if got := DropsManagedFields(h); got != want {
+			t.Errorf("%q: %v, want %v", accept, got, want)
+		}
+	}
+}

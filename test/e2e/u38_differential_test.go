@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -474,6 +476,62 @@ func TestU38Differential(t *testing.T) {
 					t.Errorf("WatchList end bookmark\nkube-apiserver  %s\nindex-apiserver %s", w, g)
 				}
 			})
+		}
+	}
+
+	// KEP-5958's Accept parameter drop=metadata.managedFields: kube-apiserver
+	// 1.37 ignores it; a cache honours it (item 1): the same answer,
+	// managedFields aside, for a cached built-in, a custom resource and a
+	// pod (the core view).
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p0", Namespace: u38DiffNS, Labels: map[string]string{"u38d": "yes"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	if _, err := admin.kube.CoreV1().Pods(u38DiffNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	const dropType = "application/json;drop=metadata.managedFields"
+	for _, e := range proxyEntries() {
+		for _, p := range []string{
+			"/api/v1/namespaces/" + u38DiffNS + "/configmaps/d1?resourceVersion=0",
+			"/api/v1/namespaces/" + u38DiffNS + "/configmaps?resourceVersion=0&labelSelector=u38d%3Dyes",
+			"/apis/u38d.example.com/v1/namespaces/" + u38DiffNS + "/u38loose?resourceVersion=0&labelSelector=u38d%3Dyes",
+			"/api/v1/namespaces/" + u38DiffNS + "/pods?resourceVersion=0&labelSelector=u38d%3Dyes",
+		} {
+			u38Check(t, e.name+": drop managedFields: "+p, 10*time.Second, func() error {
+				want := u38Get(t, ctx, kube, p, dropType)
+				before := cacheServed(t)
+				got := u38Get(t, ctx, e.host, p, dropType)
+				if e.name == "direct" && cacheServed(t) == before {
+					return fmt.Errorf("not served from the cache")
+				}
+				if bytes.Contains(got.body, []byte(`"managedFields"`)) || !bytes.Contains(want.body, []byte(`"managedFields"`)) {
+					return fmt.Errorf("managedFields in index-apiserver's answer, or none in kube-apiserver's:\n%s", got.body)
+				}
+				w, g := jsonBody(t, want.body), jsonBody(t, got.body)
+				for _, v := range []map[string]any{w, g} {
+					if md, ok := v["metadata"].(map[string]any); ok && v["items"] != nil {
+						delete(md, "resourceVersion") // the list's own: the moment's
+					}
+				}
+				u38DropManaged(w)
+				if !reflect.DeepEqual(w, g) {
+					return fmt.Errorf("kube-apiserver's answer without managedFields\n%v\nindex-apiserver\n%v", w, g)
+				}
+				return nil
+			})
+		}
+	}
+}
+
+// u38DropManaged deletes metadata.managedFields from a decoded object or
+// from each item of a decoded list.
+func u38DropManaged(v map[string]any) {
+	objs := []any{v}
+	if items, ok := v["items"].([]any); ok {
+		objs = items
+	}
+	for _, o := range objs {
+		if md, ok := o.(map[string]any)["metadata"].(map[string]any); ok {
+			delete(md, "managedFields")
 		}
 	}
 }

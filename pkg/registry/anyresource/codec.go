@@ -92,7 +92,7 @@ func (c Codec) CacheEncode(o *indexcache.Object, id runtime.Identifier, encode f
 		}
 		return encode(o.Decoded(), w)
 	}
-	raw, err := held(o)
+	raw, err := heldView(o)
 	if err != nil {
 		return err
 	}
@@ -105,6 +105,18 @@ func (c Codec) CacheEncode(o *indexcache.Object, id runtime.Identifier, encode f
 
 func held(o *indexcache.Object) ([]byte, error) {
 	return o.Kept(heldFormat, func() ([]byte, error) { return nil, errNotHeld })
+}
+
+// heldView is o's held bytes as o is handed out: without managedFields for
+// a view without them (a client that asked to drop them), cut out on each
+// write and kept nowhere (such reads are few; keeping would double what an
+// object holds).
+func heldView(o *indexcache.Object) ([]byte, error) {
+	raw, err := held(o)
+	if err != nil || !o.HidesManagedFields() {
+		return raw, err
+	}
+	return rawobject.DropManagedFields(raw)
 }
 
 // writeSingle writes held bytes as a GET's body (single): a newline after,

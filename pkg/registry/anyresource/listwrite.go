@@ -58,6 +58,9 @@ type itemRun struct {
 // head), through bw where it copies, to w directly where it does not; whole
 // as for encoded.ListWriter.
 func writeItems(bw *bufio.Writer, w io.Writer, objs []*indexcache.Object, whole bool) error {
+	if len(objs) > 0 && objs[0].HidesManagedFields() {
+		return writeViews(bw, objs)
+	}
 	items := make([]listItem, len(objs))
 	for i, o := range objs {
 		raw, pack, at, ok := o.KeptIn(heldFormat)
@@ -211,4 +214,25 @@ func (lw *listWriter) moveItems(items []listItem, total int) (int, error) {
 		moved += n
 	}
 	return moved, nil
+}
+
+// writeViews writes views without managedFields (a LIST whose client asked
+// to drop them; all of a page's items are such views or none is): each
+// item's held bytes with managedFields cut out, through bw, moving nothing.
+func writeViews(bw *bufio.Writer, objs []*indexcache.Object) error {
+	for i, o := range objs {
+		raw, err := heldView(o)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			if err := bw.WriteByte(','); err != nil {
+				return err
+			}
+		}
+		if _, err := bw.Write(raw); err != nil {
+			return err
+		}
+	}
+	return nil
 }

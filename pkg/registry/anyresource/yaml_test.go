@@ -67,3 +67,52 @@ func TestBuiltInListsInYAML(t *testing.T) {
 		t.Errorf("a custom resource's YAML LIST was written from bytes: %v, %v", done, err)
 	}
 }
+
+// TestViewsWithoutManagedFields (issue 38 item 1): a client that asks to
+// drop managedFields (KEP-5958's Accept parameter) gets the held bytes
+// with managedFields cut out, in a GET and in a LIST page; others get them.
+func TestViewsWithoutManagedFields(t *testing.T) {
+	res := Resource{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Kind: "ConfigMap", ListKind: "ConfigMapList", Singular: "configmap", Namespaced: true}
+	cache, err := indexcache.New(res.CacheConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cache.Stop)
+	const item = `{"metadata":{"name":"a","namespace":"ns","resourceVersion":"5","managedFields":[{"manager":"m","operation":"Update","apiVersion":"v1","fieldsType":"FieldsV1","fieldsV1":{"f:data":{}}}]},"data":{"k":"v"}}`
+	const cut = `{"metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"data":{"k":"v"}}`
+	o, err := rawobject.Decode([]byte(item))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.Ingest().Replace([]interface{}{o}, "7"); err != nil {
+		t.Fatal(err)
+	}
+	s := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, nil, nil, kjson.SerializerOptions{})
+	envelope := &unstructured.UnstructuredList{}
+	envelope.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMapList"})
+	envelope.SetResourceVersion("7")
+	for _, drop := range []bool{false, true} {
+		page, err := cache.List(context.Background(), indexcache.ListOptions{ResourceVersion: "0", WithoutManagedFields: drop})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := item
+		if drop {
+			want = cut
+		}
+		var list bytes.Buffer
+		if done, err := res.Codec().WriteList(&list, s.Identifier(), s.Encode, envelope, page.Items, page.Whole); err != nil || !done {
+			t.Fatalf("drop %v: written %v, %v", drop, done, err)
+		}
+		if got, want := list.String(), `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[`+want+"]}\n"; got != want {
+			t.Errorf("drop %v: LIST\n got %s\nwant %s", drop, got, want)
+		}
+		var one bytes.Buffer
+		if err := s.Encode(page.Items[0], &one); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := one.String(), `{"kind":"ConfigMap","apiVersion":"v1",`+want[1:]+"\n"; got != want {
+			t.Errorf("drop %v: GET\n got %s\nwant %s", drop, got, want)
+		}
+	}
+}

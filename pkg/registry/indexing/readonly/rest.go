@@ -97,13 +97,13 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 		return nil, err
 	}
 	if o, held := obj.(*indexcache.Object); held {
-		if r.DropManagedFields {
+		if r.drops(ctx) {
 			return o.WithoutManagedFields(), nil
 		}
 		return obj, nil
 	}
 	out := shallowCopy(obj)
-	if m, err := meta.Accessor(out); err == nil && r.DropManagedFields && m.GetManagedFields() != nil {
+	if m, err := meta.Accessor(out); err == nil && r.drops(ctx) && m.GetManagedFields() != nil {
 		if _, shared := out.(runtime.Unstructured); shared { // its shallow copy shares the content
 			out = obj.DeepCopyObject()
 			m, _ = meta.Accessor(out)
@@ -154,7 +154,7 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 		wopts.SendInitialEvents = options.SendInitialEvents
 		wopts.AllowWatchBookmarks = options.AllowWatchBookmarks
 	}
-	wopts.WithoutManagedFields = r.DropManagedFields
+	wopts.WithoutManagedFields = r.drops(ctx)
 	w, err := r.cache.Watch(ctx, wopts)
 	if err != nil {
 		return nil, err
@@ -164,6 +164,22 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 	// cache signals (otherwise the seat is held until the watch ends).
 	utilflowcontrol.WatchInitialized(ctx)
 	return w, nil
+}
+
+type dropKey struct{}
+
+// WithoutManagedFields notes in ctx that the client asked for objects
+// without metadata.managedFields (KEP-5958's Accept parameter
+// drop=metadata.managedFields; kube-apiserver 1.37 ignores it and sends
+// them): the held bytes serve both.
+func WithoutManagedFields(ctx context.Context) context.Context {
+	return context.WithValue(ctx, dropKey{}, true)
+}
+
+// drops tells whether objects go out without managedFields: always for
+// the mirrors, on request for the views under the cluster proxy.
+func (r *REST) drops(ctx context.Context) bool {
+	return r.DropManagedFields || ctx.Value(dropKey{}) != nil
 }
 
 func (r *REST) namespace(ctx context.Context) string {
@@ -177,7 +193,7 @@ func (r *REST) namespace(ctx context.Context) string {
 // shard selector. A malformed shard selector is client input: 400, not the
 // 500 kube-apiserver answers.
 func (r *REST) listOptions(ctx context.Context, options *metainternalversion.ListOptions) (indexcache.ListOptions, apisharding.Selector, error) {
-	opts := indexcache.ListOptions{Namespace: r.namespace(ctx), WithoutManagedFields: r.DropManagedFields}
+	opts := indexcache.ListOptions{Namespace: r.namespace(ctx), WithoutManagedFields: r.drops(ctx)}
 	if options == nil {
 		return opts, nil, nil
 	}
