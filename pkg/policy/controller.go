@@ -334,7 +334,7 @@ func (c *Controller) sync(ctx context.Context) error {
 			continue
 		}
 		want := effective[res]
-		metrics.PolicyIndexes.WithLabelValues(res + ".indexing.k8s.io").Set(float64(len(want.Labels) + len(want.Fields)))
+		metrics.PolicyIndexes.WithLabelValues(metricResource(res)).Set(float64(len(want.Labels) + len(want.Fields)))
 		if prev, ok := c.applied[res]; !ok || !prev.Equal(want) || c.applyErr[res] != nil || c.appliedTo[res] != setter {
 			if err := setter.SetIndexes(want.Labels, want.Fields); err != nil {
 				c.applyErr[res] = err
@@ -469,4 +469,14 @@ func (c *Controller) writeStatus(ctx context.Context, policies []*configv1alpha1
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// metricResource is how the server's metrics name a policy's resource: the
+// mirror for pods and nodes (pods.indexing.k8s.io), the resource as kubectl
+// spells it otherwise (configmaps, trainingjobs.ml.example.com).
+func metricResource(res string) string {
+	if res == "pods" || res == "nodes" {
+		return res + ".indexing.k8s.io"
+	}
+	return res
 }

@@ -733,3 +733,16 @@ func runDynamic(t *testing.T, client *fake.Clientset, dyn *fakeDynamic) (*Contro
 	go c.Run(ctx)
 	return c, &harness{t: t, client: client}, ctx
 }
+
+// TestMetricResource: the policy metrics name a resource as the cache
+// metrics do.
+func TestMetricResource(t *testing.T) {
+	for res, want := range map[string]string{
+		"pods": "pods.indexing.k8s.io", "nodes": "nodes.indexing.k8s.io",
+		"configmaps": "configmaps", "trainingjobs.ml.example.com": "trainingjobs.ml.example.com",
+	} {
+		if got := metricResource(res); got != want {
+			t.Errorf("%s: %q, want %q", res, got, want)
+		}
+	}
+}
