@@ -33,8 +33,8 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/index-apiserver/index-apiserver/pkg/consistentread"
-	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/readonly"
 	"github.com/index-apiserver/index-apiserver/pkg/metrics"
+	"github.com/index-apiserver/index-apiserver/pkg/registry/indexing/readonly"
 )
 
 const (
