@@ -67,15 +67,14 @@ func Decode(data []byte) (*Object, error) {
 		// Copy: the decoder's buffer is not ours to keep.
 		raw = bytes.Clone(raw)
 	}
-	md, _, ok := find(ms, "metadata")
+	md, mms, ok, err := metadataOf(raw, ms)
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
 		return nil, fmt.Errorf("object has no metadata")
 	}
 	mdRaw := raw[md.valStart:md.valEnd]
-	mms, err := members(mdRaw)
-	if err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
-	}
 	// managedFields stay in the bytes, as kube-apiserver sends them; the
 	// decoded metadata goes without (nothing here reads it, and it is most
 	// of what decoding metadata would cost).
@@ -109,15 +108,11 @@ func DropManagedFields(obj []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	md, _, ok := find(ms, "metadata")
-	if !ok {
-		return obj, nil
+	md, mms, ok, err := metadataOf(obj, ms)
+	if err != nil || !ok {
+		return obj, err
 	}
 	mdRaw := obj[md.valStart:md.valEnd]
-	mms, err := members(mdRaw)
-	if err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
-	}
 	_, j, ok := find(mms, "managedFields")
 	if !ok {
 		return obj, nil
@@ -127,6 +122,19 @@ func DropManagedFields(obj []byte) ([]byte, error) {
 	out = append(out, obj[:md.valStart]...)
 	out = append(out, stripped...)
 	return append(out, obj[md.valEnd:]...), nil
+}
+
+// metadataOf finds the metadata member among obj's members ms and lists
+// its own members; ok is false when obj has no metadata.
+func metadataOf(obj []byte, ms []member) (md member, mms []member, ok bool, err error) {
+	md, _, ok = find(ms, "metadata")
+	if !ok {
+		return member{}, nil, false, nil
+	}
+	if mms, err = members(obj[md.valStart:md.valEnd]); err != nil {
+		return member{}, nil, false, fmt.Errorf("metadata: %w", err)
+	}
+	return md, mms, true, nil
 }
 
 // FieldSet is where one metadata.managedFields entry's fieldsV1 lies in an
@@ -146,15 +154,11 @@ func FieldSets(obj []byte) ([]FieldSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	md, _, ok := find(ms, "metadata")
-	if !ok {
-		return nil, nil
+	md, mms, ok, err := metadataOf(obj, ms)
+	if err != nil || !ok {
+		return nil, err
 	}
 	mdRaw := obj[md.valStart:md.valEnd]
-	mms, err := members(mdRaw)
-	if err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
-	}
 	mf, _, ok := find(mms, "managedFields")
 	if !ok {
 		return nil, nil

@@ -231,24 +231,8 @@ func atItems(envelope []byte) (head, tail []byte, ok bool) {
 
 // yamlOfJSON tells whether encode is the YAML encoder: its output for an
 // object with only apiVersion and kind is that object's JSON as YAML.
-// Learned once per encoder.
 func (c Codec) yamlOfJSON(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (bool, error) {
-	key := plainKey{id: id, gvk: c.GVK, yaml: true}
-	if v, ok := plain.Load(key); ok {
-		return v.(bool), nil
-	}
-	probe := &unstructured.Unstructured{}
-	probe.SetGroupVersionKind(c.GVK)
-	var buf bytes.Buffer
-	if err := encode(probe, &buf); err != nil {
-		return false, err
-	}
-	want, err := yaml.JSONToYAML([]byte(`{"apiVersion":"` + c.GVK.GroupVersion().String() + `","kind":"` + c.GVK.Kind + `"}`))
-	if err != nil {
-		return false, err
-	}
-	v, _ := plain.LoadOrStore(key, bytes.Equal(buf.Bytes(), want))
-	return v.(bool), nil
+	return c.encoderIs(plainKey{id: id, gvk: c.GVK, yaml: true}, encode, func(json []byte) ([]byte, error) { return yaml.JSONToYAML(json) })
 }
 
 // builtInEnvelope is a built-in's LIST body without items as its compiled
@@ -279,10 +263,16 @@ func builtInEnvelope(envelope runtime.Object) ([]byte, error) {
 }
 
 // plainJSON tells whether encode is the compact JSON encoder for this
-// resource's version, learned once per encoder from its output for an
-// object with only apiVersion and kind.
+// resource's version: its output for an object with only apiVersion and
+// kind is that object's JSON, a newline after.
 func (c Codec) plainJSON(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (bool, error) {
-	key := plainKey{id: id, gvk: c.GVK}
+	return c.encoderIs(plainKey{id: id, gvk: c.GVK}, encode, func(json []byte) ([]byte, error) { return append(json, '\n'), nil })
+}
+
+// encoderIs tells whether encode writes an object with only apiVersion and
+// kind as format writes that object's JSON; learned once per encoder
+// (key), from its output for such a probe.
+func (c Codec) encoderIs(key plainKey, encode func(runtime.Object, io.Writer) error, format func(json []byte) ([]byte, error)) (bool, error) {
 	if v, ok := plain.Load(key); ok {
 		return v.(bool), nil
 	}
@@ -292,8 +282,11 @@ func (c Codec) plainJSON(id runtime.Identifier, encode func(runtime.Object, io.W
 	if err := encode(probe, &buf); err != nil {
 		return false, err
 	}
-	want := `{"apiVersion":"` + c.GVK.GroupVersion().String() + `","kind":"` + c.GVK.Kind + `"}` + "\n"
-	v, _ := plain.LoadOrStore(key, buf.String() == want)
+	want, err := format([]byte(`{"apiVersion":"` + c.GVK.GroupVersion().String() + `","kind":"` + c.GVK.Kind + `"}`))
+	if err != nil {
+		return false, err
+	}
+	v, _ := plain.LoadOrStore(key, bytes.Equal(buf.Bytes(), want))
 	return v.(bool), nil
 }
 
