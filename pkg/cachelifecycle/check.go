@@ -108,6 +108,17 @@ func (a *Caches) lookUp(resource, gone string, needSize bool, room int64) (resou
 	if err := a.mayRead(res); err != nil {
 		return resourceOf{}, err
 	}
+	if !res.Custom {
+		ctx, cancel := a.callContext()
+		bookmark, err := a.kubeBookmark(ctx, res)
+		cancel()
+		if err != nil {
+			// The compiled type's empty object writes the same bookmark
+			// for most kinds.
+			klog.V(2).InfoS("Bookmarks of a cached built-in are its compiled type's empty object: kube-apiserver's could not be read", "resource", res.GVR.GroupResource(), "err", err)
+		}
+		res.Bookmark = bookmark
+	}
 	found := resourceOf{res: res}
 	if needSize {
 		call := func(f func(context.Context) error) error {
@@ -191,19 +202,8 @@ func (a *Caches) resolve(resource, gone string) (anyresource.Resource, error) {
 		return anyresource.Resource{}, a.late(fmt.Errorf("reading kube-apiserver's discovery for %s: %w", resource, err))
 	case err != nil && gone != "" && strings.Contains(err.Error(), "serves no resource"):
 		return anyresource.Resource{}, fmt.Errorf("kube-apiserver serves no resource %q: %s", resource, gone)
-	case err != nil:
-		return res, err
 	}
-	bookmark, err := a.kubeBookmark(ctx, res)
-	if err != nil {
-		// The compiled type's empty object writes the same bookmark for
-		// most kinds; and a resource that cannot be watched is refused
-		// later, with its reason.
-		klog.V(2).InfoS("Bookmarks of a cached built-in are its compiled type's empty object: kube-apiserver's could not be read", "resource", res.GVR.GroupResource(), "err", err)
-		return res, nil
-	}
-	res.Bookmark = bookmark
-	return res, nil
+	return res, err
 }
 
 // fromDiscovery resolves a resource through discovery (the REST mapper's
