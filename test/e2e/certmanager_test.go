@@ -5,9 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
@@ -190,9 +187,7 @@ type cmRun struct {
 	admin      *clients
 	dyn        dynamic.Interface
 	metrics    int
-	cmd        *exec.Cmd
-	exited     chan error
-	logPath    string
+	controllerProcess
 }
 
 func newCMRun(t *testing.T, ctx context.Context, admin *clients, name, kubeconfig string) *cmRun {
@@ -201,7 +196,7 @@ func newCMRun(t *testing.T, ctx context.Context, admin *clients, name, kubeconfi
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cmRun{name: name, kubeconfig: kubeconfig, ns: createNamespace(t, ctx, admin, "cm-"+name), admin: admin, dyn: dyn}
+	return &cmRun{name: name, kubeconfig: kubeconfig, ns: createNamespace(t, ctx, admin, "cm-"+name), admin: admin, dyn: dyn, controllerProcess: controllerProcess{what: "cert-manager"}}
 }
 
 func (r *cmRun) create(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, manifest string) {
@@ -282,37 +277,7 @@ func (r *cmRun) start(t *testing.T, bin string) {
 		}
 	})
 	livez := fmt.Sprintf("http://127.0.0.1:%d/livez", healthz)
-	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		select {
-		case err := <-r.exited:
-			return false, fmt.Errorf("cert-manager exited: %v", err)
-		default:
-		}
-		res, err := http.Get(livez)
-		if err != nil {
-			return false, nil
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	})
-	if err != nil {
-		t.Fatalf("cert-manager (%s) did not start: %v\n%s", r.name, err, tailFile(r.logPath, 40))
-	}
-}
-
-// stop ends cert-manager (SIGTERM, then SIGKILL after 30s); idempotent.
-func (r *cmRun) stop() {
-	if r.cmd == nil || r.cmd.Process == nil {
-		return
-	}
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.exited:
-	case <-time.After(30 * time.Second):
-		_ = r.cmd.Process.Kill()
-		<-r.exited
-	}
-	r.cmd = nil
+	r.awaitHealthy(t, r.name, livez, 200*time.Millisecond, time.Minute)
 }
 
 // cmSnapshot is what cert-manager made of a run's objects, read from
@@ -548,39 +513,7 @@ func cmAll(checks ...func(cmSnapshot) error) func(cmSnapshot) error {
 // stays the same for 3 s, and returns it.
 func (r *cmRun) settle(t *testing.T, ctx context.Context, what string, ok func(cmSnapshot) error) cmSnapshot {
 	t.Helper()
-	var last cmSnapshot
-	var since time.Time
-	var why error
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		select {
-		case err := <-r.exited:
-			return false, fmt.Errorf("cert-manager exited: %v", err)
-		default:
-		}
-		s, err := r.snapshot(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				why = err
-			}
-			return false, nil
-		}
-		if why = ok(s); why != nil {
-			last = nil
-			return false, nil
-		}
-		if last == nil || !reflect.DeepEqual(s, last) {
-			last, since = s, time.Now()
-			why = errors.New("not stable for 3s yet")
-			return false, nil
-		}
-		return time.Since(since) >= 3*time.Second, nil
-	})
-	if err != nil {
-		s, _ := r.snapshot(ctx)
-		b, _ := json.MarshalIndent(s, "", "  ")
-		t.Fatalf("%s (%s): %v: %v\nlast snapshot: %s\ncert-manager's log:\n%s", what, r.name, err, why, b, tailFile(r.logPath, 30))
-	}
-	return last
+	return settleSnapshots(t, ctx, &r.controllerProcess, r.name, what, 250*time.Millisecond, 2*time.Minute, 3*time.Second, r.snapshot, ok)
 }
 
 // events returns the distinct (object, type, reason) of the Events

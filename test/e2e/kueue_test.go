@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,9 +153,7 @@ type kueueRun struct {
 	ns         string
 	dyn        dynamic.Interface
 	health     int
-	cmd        *exec.Cmd
-	exited     chan error
-	logPath    string
+	controllerProcess
 }
 
 func newKueueRun(t *testing.T, name, kubeconfig string) *kueueRun {
@@ -165,7 +161,7 @@ func newKueueRun(t *testing.T, name, kubeconfig string) *kueueRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &kueueRun{name: name, kubeconfig: kubeconfig, ns: "kueue-" + name, dyn: dyn}
+	return &kueueRun{name: name, kubeconfig: kubeconfig, ns: "kueue-" + name, dyn: dyn, controllerProcess: controllerProcess{what: "Kueue"}}
 }
 
 func (r *kueueRun) create(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, manifest string) {
@@ -293,29 +289,14 @@ featureGates: {VisibilityOnDemand: false}
 	go r.mountCerts(mountCtx, filepath.Join(dir, "certs"))
 	defer stopMount()
 	t.Cleanup(func() {
-		r.stop(t)
+		r.stop()
 		if t.Failed() {
 			t.Logf("log of Kueue (%s): %s", r.name, r.logPath)
 		}
 	})
 	// Ready: its caches synced, certificates written, webhook server up.
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", r.health)
-	err = wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
-		select {
-		case err := <-r.exited:
-			return false, fmt.Errorf("Kueue exited: %v", err)
-		default:
-		}
-		res, err := http.Get(readyz)
-		if err != nil {
-			return false, nil
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	})
-	if err != nil {
-		t.Fatalf("Kueue (%s) did not become ready: %v\n%s", r.name, err, tailFile(r.logPath, 40))
-	}
+	r.awaitHealthy(t, r.name, readyz, 250*time.Millisecond, 3*time.Minute)
 }
 
 // mountCerts does what the kubelet does for Kueue's Deployment (a volume of
@@ -341,21 +322,6 @@ func (r *kueueRun) mountCerts(ctx context.Context, dir string) {
 		}
 		return true, nil
 	})
-}
-
-// stop ends Kueue (SIGTERM, then SIGKILL after 30s); idempotent.
-func (r *kueueRun) stop(t *testing.T) {
-	if r.cmd == nil || r.cmd.Process == nil {
-		return
-	}
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.exited:
-	case <-time.After(30 * time.Second):
-		_ = r.cmd.Process.Kill()
-		<-r.exited
-	}
-	r.cmd = nil
 }
 
 func tailFile(path string, n int) string {
@@ -508,39 +474,7 @@ func expect(s kueueSnapshot, want map[string]string, counts [3]int64) error {
 // stays the same for 3 seconds, and returns it.
 func (r *kueueRun) settle(t *testing.T, ctx context.Context, what string, ok func(kueueSnapshot) error) kueueSnapshot {
 	t.Helper()
-	var last kueueSnapshot
-	var since time.Time
-	var why error
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		select {
-		case err := <-r.exited:
-			return false, fmt.Errorf("Kueue exited: %v", err)
-		default:
-		}
-		s, err := r.snapshot(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				why = err
-			}
-			return false, nil
-		}
-		if why = ok(s); why != nil {
-			last = nil
-			return false, nil
-		}
-		if last == nil || !reflect.DeepEqual(s, last) {
-			last, since = s, time.Now()
-			why = errors.New("not stable for 3s yet")
-			return false, nil
-		}
-		return time.Since(since) >= 3*time.Second, nil
-	})
-	if err != nil {
-		s, _ := r.snapshot(ctx)
-		b, _ := json.MarshalIndent(s, "", "  ")
-		t.Fatalf("%s (%s): %v: %v\nlast snapshot: %s\nKueue's log:\n%s", what, r.name, err, why, b, tailFile(r.logPath, 30))
-	}
-	return last
+	return settleSnapshots(t, ctx, &r.controllerProcess, r.name, what, 500*time.Millisecond, 3*time.Minute, 3*time.Second, r.snapshot, ok)
 }
 
 // kueueEvents returns the distinct (object, reason) pairs of the Events
@@ -626,7 +560,7 @@ func (r *kueueRun) scenario(t *testing.T, ctx context.Context, admin *clients, b
 	if running != nil {
 		running()
 	}
-	r.stop(t)
+	r.stop()
 	return snaps, events
 }
 

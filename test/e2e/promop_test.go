@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
@@ -182,9 +180,7 @@ type promopRun struct {
 	admin      *clients
 	dyn        dynamic.Interface
 	web        int
-	cmd        *exec.Cmd
-	exited     chan error
-	logPath    string
+	controllerProcess
 }
 
 func newPromopRun(t *testing.T, admin *clients, name, kubeconfig string) *promopRun {
@@ -192,7 +188,7 @@ func newPromopRun(t *testing.T, admin *clients, name, kubeconfig string) *promop
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &promopRun{name: name, kubeconfig: kubeconfig, ns: "promop-" + name, admin: admin, dyn: dyn}
+	return &promopRun{name: name, kubeconfig: kubeconfig, ns: "promop-" + name, admin: admin, dyn: dyn, controllerProcess: controllerProcess{what: "prometheus-operator"}}
 }
 
 func (r *promopRun) apply(t *testing.T, ctx context.Context, gvr schema.GroupVersionResource, manifest string) {
@@ -316,37 +312,7 @@ func (r *promopRun) start(t *testing.T, bin string) {
 		}
 	})
 	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", r.web)
-	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		select {
-		case err := <-r.exited:
-			return false, fmt.Errorf("prometheus-operator exited: %v", err)
-		default:
-		}
-		res, err := http.Get(healthz)
-		if err != nil {
-			return false, nil
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK, nil
-	})
-	if err != nil {
-		t.Fatalf("prometheus-operator (%s) did not start: %v\n%s", r.name, err, tailFile(r.logPath, 40))
-	}
-}
-
-// stop ends the operator (SIGTERM, then SIGKILL after 30s); idempotent.
-func (r *promopRun) stop() {
-	if r.cmd == nil || r.cmd.Process == nil {
-		return
-	}
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-r.exited:
-	case <-time.After(30 * time.Second):
-		_ = r.cmd.Process.Kill()
-		<-r.exited
-	}
-	r.cmd = nil
+	r.awaitHealthy(t, r.name, healthz, 200*time.Millisecond, time.Minute)
 }
 
 // promopReconciles are the Prometheus controller's reconciles as the
@@ -603,39 +569,7 @@ func (s promopSnapshot) reconciled() error {
 // stays the same for stable, and returns it.
 func (r *promopRun) settle(t *testing.T, ctx context.Context, what string, stable time.Duration, ok func(promopSnapshot) error) promopSnapshot {
 	t.Helper()
-	var last promopSnapshot
-	var since time.Time
-	var why error
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		select {
-		case err := <-r.exited:
-			return false, fmt.Errorf("prometheus-operator exited: %v", err)
-		default:
-		}
-		s, err := r.snapshot(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				why = err
-			}
-			return false, nil
-		}
-		if why = ok(s); why != nil {
-			last = nil
-			return false, nil
-		}
-		if last == nil || !reflect.DeepEqual(s, last) {
-			last, since = s, time.Now()
-			why = errors.New("not stable yet")
-			return stable == 0, nil
-		}
-		return time.Since(since) >= stable, nil
-	})
-	if err != nil {
-		s, _ := r.snapshot(ctx)
-		b, _ := json.MarshalIndent(s, "", "  ")
-		t.Fatalf("%s (%s): %v: %v\nlast snapshot: %s\nprometheus-operator's log:\n%s", what, r.name, err, why, b, tailFile(r.logPath, 30))
-	}
-	return last
+	return settleSnapshots(t, ctx, &r.controllerProcess, r.name, what, 250*time.Millisecond, 90*time.Second, stable, r.snapshot, ok)
 }
 
 // contains returns a check that the generated configuration (config) or
