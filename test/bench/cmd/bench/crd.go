@@ -13,6 +13,8 @@ package main
 //     LIST (listPhase), kube-apiserver's /apis/... and the prefix directly;
 //   - a full LIST (JSON, rv=0, with and without gzip) and the wire floor
 //     (fullListPhase, wirefloor.go);
+//   - stalled watchers (stall.go): -stall-watchers whole-resource watchers
+//     whose clients stop reading for each -stall-for, then read again;
 //   - the label watcher sweep (saturate.go): -crd-watchers label watchers,
 //     each on its own app-name value, at -patch-rate status patches per second, raised
 //     on each server until its delivery p99 passes -sat-p99 or it loses an
@@ -424,6 +426,21 @@ func crdPhases(ctx context.Context, s *stackInfo, o options, res *Results) error
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if o.stallWatchers > 0 {
+		for _, d := range o.stallFor {
+			for _, tgt := range []string{kubeTarget, proxyDirectTarget} {
+				r, err := stallPhase(ctx, s, o, tgt, d)
+				if err != nil {
+					res.Failures = append(res.Failures, fmt.Sprintf("stalled watchers on %s: %v", tgt, err))
+					continue
+				}
+				res.Stalls = append(res.Stalls, *r)
+				if o.smoke && (r.Missing+r.Duplicated+r.OutOfOrder > 0 || !r.ReaderTally.OK()) {
+					res.Failures = append(res.Failures, fmt.Sprintf("stalled watchers on %s: %d missing, %d duplicated, %d out of order; readers %+v", tgt, r.Missing, r.Duplicated, r.OutOfOrder, r.ReaderTally))
+				}
+			}
+		}
+	}
 	from := len(res.Saturation)
 	if err := sweep(ctx, s, o, res); err != nil {
 		return err
@@ -449,6 +466,7 @@ func crdSmoke(ctx context.Context, s *stackInfo, o options, res *Results) error 
 		return err
 	}
 	o.listRequests, o.fullListRequests = 10, 2
+	o.stallWatchers, o.stallFor = 2, []time.Duration{2 * time.Second}
 	return crdPhases(ctx, s, o, res)
 }
 

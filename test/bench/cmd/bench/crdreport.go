@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Issue 30's targets for a CRD, as ratios against kube-apiserver in the
@@ -121,6 +123,10 @@ func crdMarkdown(res *Results, o options, jsonPath, plotPath string) string {
 		}
 	}
 
+	if len(res.Stalls) > 0 {
+		stallTable(&b, res.Stalls, o)
+	}
+
 	// The label watcher sweep.
 	if len(res.Saturation) > 0 {
 		fmt.Fprintf(&b, "\nLabel watchers, each on its own SparkApplication (`%s=<name>`), raised on each server until it falls behind (delivery p99 > %v, any lost, duplicated or "+
@@ -212,4 +218,22 @@ func routesText(routes map[string]int) string {
 		return "–"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// stallTable renders the stalled watchers (stall.go), one row per server.
+func stallTable(b *strings.Builder, rs []StallResult, o options) {
+	fmt.Fprintf(b, "\nStalled watchers: on each server, %d watchers of the whole resource whose clients stop reading for a while (socket receive buffer %d KiB, "+
+		"one HTTP/1.1 connection each) while %d objects/s are patched, then read again, beside %d that read throughout. A watch the server ends is "+
+		"watched again from its last resourceVersion, as a Reflector does; one refused or ended with an error event counts as a relist:\n\n",
+		rs[0].Watchers, stallRecvBuffer>>10, o.patchRate, stallReaders)
+	b.WriteString("| stall | server | changes | stalled watchers: received / missing / duplicated / out of order | streams the server closed (its own count) | relists | paused at most | all caught up after the stall | readers' delivery p50 / p99 ms, missing / dup |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		paused := "–"
+		if r.Target != kubeTarget {
+			paused = strconv.Itoa(r.PausedMax)
+		}
+		fmt.Fprintf(b, "| %v | %s | %d | %d / %d / %d / %d | %d (%d) | %d | %s | %.1f s | %.1f / %.1f, %d / %d |\n",
+			time.Duration(r.StallSeconds*float64(time.Second)), r.Target, r.Patches, r.Received, r.Missing, r.Duplicated, r.OutOfOrder, r.Closed, r.ServerClosed, r.Relists, paused,
+			r.CaughtUpSeconds, r.ReaderP50ms, r.ReaderP99ms, r.ReaderTally.Missing, r.ReaderTally.Duplicated)
+	}
 }

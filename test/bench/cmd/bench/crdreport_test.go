@@ -34,6 +34,10 @@ func TestCRDMarkdown(t *testing.T) {
 			{Kind: "label", Target: proxyDirectTarget, Watchers: 5, ConnectedRSSMiB: 1, RSSPerWatcherKiB: 10},
 			{Kind: "label", Target: proxyDirectTarget, Watchers: 10},
 		},
+		Stalls: []StallResult{
+			{Target: kubeTarget, Watchers: 20, StallSeconds: 30, Patches: 3000, Received: 60000, Closed: 40, ServerClosed: 40, CaughtUpSeconds: 18},
+			{Target: proxyDirectTarget, Watchers: 20, StallSeconds: 30, Patches: 3000, Received: 60000, PausedMax: 20, CaughtUpSeconds: 5.2},
+		},
 	}
 	md := crdMarkdown(res, options{patchRate: 100, patchDuration: time.Second, satP99: time.Second}, "x.json", "x.png")
 	checkTables(t, "crd", md)
@@ -45,6 +49,8 @@ func TestCRDMarkdown(t *testing.T) {
 		"| label watchers sustained | ≥ 10× | 10 vs 5: 2.0× (a lower bound: index-apiserver did not fall behind) | **not shown** |",
 		"RSS per open label watcher at 5 watchers: kube-apiserver 20.0 KiB, index-apiserver 10.0 KiB; ratio 0.50×.",
 		"| live heap and stacks | 9.2 (50 → 140 MiB) | 0.9 (20 → 29 MiB) | 0.10× |",
+		"| 30s | kube-apiserver | 3000 | 60000 / 0 / 0 / 0 | 40 (40) | 0 | – | 18.0 s |",
+		"| 30s | cluster proxy (direct) | 3000 | 60000 / 0 / 0 / 0 | 0 (0) | 0 | 20 | 5.2 s |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("no %q in:\n%s", want, md)

@@ -616,12 +616,29 @@ func passedThrough(ctx context.Context, s *stackInfo) int {
 // indexCounters scrapes index-apiserver's /metrics once and sums each
 // sample line into out[which(line)] (skipped when which says -1).
 func indexCounters(ctx context.Context, s *stackInfo, which func(line string) int, n int) []int {
+	return counters(ctx, s.indexHTTP, s.indexURL, which, n)
+}
+
+// metricSum is the sum of the samples of metric name at the server at base
+// (0 when it cannot be read).
+func metricSum(ctx context.Context, c *http.Client, base, name string) int {
+	return counters(ctx, c, base, func(line string) int {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			return 0
+		}
+		return -1
+	}, 1)[0]
+}
+
+// counters scrapes the /metrics of the server at base once and sums each
+// sample line into out[which(line)] (skipped when which says -1).
+func counters(ctx context.Context, c *http.Client, base string, which func(line string) int, n int) []int {
 	out := make([]int, n)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.indexURL+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
 		return out
 	}
-	resp, err := s.indexHTTP.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return out
 	}

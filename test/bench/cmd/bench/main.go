@@ -192,6 +192,10 @@ type options struct {
 	crd        bool
 	crdObjects int
 	crdPerApp  int
+	// -mode crd's stalled watchers (stall.go): how many on each server,
+	// and for how long their clients do not read.
+	stallWatchers int
+	stallFor      []time.Duration
 
 	// agents (-mode agents, agents.go): the node-agent fleet.
 	agents agentOptions
@@ -206,6 +210,7 @@ func main() {
 		return
 	}
 	var o options
+	o.stallFor = []time.Duration{10 * time.Second, 30 * time.Second}
 	var watchers, shards, ways, sparkDrivers, flinkJobs, shardedReplicas, satLabel, satShards, satTargets, crdWatchers, agentSizes string
 	flag.BoolVar(&o.smoke, "smoke", false, "tiny sizes (< 1 min); fail on any lost, duplicated or unexpected event or differing LIST; writes no docs")
 	flag.IntVar(&o.namespaces, "namespaces", 10, "namespaces the apps are spread over")
@@ -255,6 +260,18 @@ func main() {
 	flag.DurationVar(&o.satP99, "sat-p99", time.Second, "saturate: a server has fallen behind when its delivery p99 exceeds this (or it loses an event)")
 	flag.Float64Var(&o.satMaxRSS, "sat-max-rss-mib", 12*1024, "saturate: ... or its RSS exceeds this")
 	flag.IntVar(&o.crdObjects, "crd-objects", 50000, "crd: SparkApplications loaded (about 4 KB each, with status)")
+	flag.IntVar(&o.stallWatchers, "stall-watchers", 20, "crd: whole-resource watchers on each server whose clients stop reading for -stall-for under -patch-rate changes/s, then read again (0: skip)")
+	flag.Func("stall-for", "crd: how long the stalled watchers' clients do not read, a phase per duration (default 10s,30s)", func(v string) error {
+		o.stallFor = nil
+		for _, f := range strings.Split(v, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(f))
+			if err != nil || d <= 0 {
+				return fmt.Errorf("%q: not a positive duration", f)
+			}
+			o.stallFor = append(o.stallFor, d)
+		}
+		return nil
+	})
 	flag.IntVar(&o.crdPerApp, "crd-per-app", 10, "crd: SparkApplications per app label value (what a label LIST returns)")
 	flag.StringVar(&crdWatchers, "crd-watchers", "1000,2000,5000,10000,20000", "crd: label watcher counts of the sweep, each on its own SparkApplication's app-name label (at most -crd-objects)")
 	agentFlags(&o.agents, &agentSizes)

@@ -29,6 +29,8 @@ type Results struct {
 	Agents []AgentsResult `json:"agents,omitempty"`
 	// The saturation sweep (-mode saturate).
 	Saturation []SaturationStep `json:"saturation,omitempty"`
+	// Stalls: -mode crd's stalled watchers (stall.go), one per server.
+	Stalls []StallResult `json:"stalls,omitempty"`
 	// IndexFlags: the run's -index-apiserver-flags (e.g.
 	// --consistent-read-revision-interval=5ms), empty for the defaults.
 	IndexFlags string   `json:"indexAPIServerFlags,omitempty"`

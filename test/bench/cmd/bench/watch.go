@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 // ---- watch ----
@@ -147,13 +149,15 @@ func shardRanges(n int) [][2]string {
 	return out
 }
 
-func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, n int, b *CPUPhase) (*WatchResult, error) {
-	logf("%s watch on %s: %d watchers, %d patches/s for %v", kind, tgt, n, o.patchRate, o.patchDuration)
-	prefix, pids, baseCPU, cfg := s.kubeURL+o.kubeAPI(), []int{s.kubePID}, b.KubeCPUPer1k, s.kubeCfg
+// watchEndpoint is where watches on tgt go: the URL up to the resource's
+// name, the processes whose CPU serving them counts, those processes'
+// zero-watcher baseline per 1k patches, and the client's config.
+func watchEndpoint(s *stackInfo, o options, tgt string, b *CPUPhase) (prefix string, pids []int, baseCPU float64, cfg *rest.Config, err error) {
+	prefix, pids, baseCPU, cfg = s.kubeURL+o.kubeAPI(), []int{s.kubePID}, b.KubeCPUPer1k, s.kubeCfg
 	switch tgt {
 	case indexTarget, aggregatorTarget:
 		if o.crd {
-			return nil, fmt.Errorf("%s serves no %s outside the cluster proxy prefix", tgt, crdResource)
+			return "", nil, 0, nil, fmt.Errorf("%s serves no %s outside the cluster proxy prefix", tgt, crdResource)
 		}
 	}
 	switch tgt {
@@ -167,6 +171,15 @@ func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, 
 		// Served by index-apiserver alone; kube-apiserver's share is in the
 		// per-process columns.
 		prefix, pids, baseCPU, cfg = s.indexURL+clusterProxyPrefix+o.kubeAPI(), []int{s.kubePID, s.indexPID}, b.KubeCPUPer1k+b.IndexCPUPer1k, s.indexCfg
+	}
+	return prefix, pids, baseCPU, cfg, nil
+}
+
+func watchPhase(ctx context.Context, s *stackInfo, o options, tgt, kind string, n int, b *CPUPhase) (*WatchResult, error) {
+	logf("%s watch on %s: %d watchers, %d patches/s for %v", kind, tgt, n, o.patchRate, o.patchDuration)
+	prefix, pids, baseCPU, cfg, err := watchEndpoint(s, o, tgt, b)
+	if err != nil {
+		return nil, err
 	}
 	cpu := func() float64 {
 		sum := 0.0
