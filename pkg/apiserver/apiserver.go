@@ -240,6 +240,7 @@ func (c CompletedConfig) newMirror(res upstream.Resource) (*mirror, error) {
 	reader := consistentread.New(cache, consistentread.Config{
 		GroupResource:    indexing.Resource(res.Name),
 		Read:             feed.ReadUpstream,
+		ReadState:        feed.ReadUpstreamState,
 		UpstreamFields:   res.UpstreamFields,
 		Fallback:         cc.ConsistentReadFallback,
 		MaxUpstreamReads: cc.MaxUpstreamReads,

@@ -395,6 +395,7 @@ func (a *Caches) startCache(ctx context.Context, name string, res anyresource.Re
 	reader := consistentread.New(cache, consistentread.Config{
 		GroupResource:    res.GVR.GroupResource(),
 		Read:             feed.ReadUpstream,
+		ReadState:        feed.ReadUpstreamState,
 		UpstreamFields:   []string{"metadata.name"},
 		Fallback:         a.tuning.ConsistentReadFallback,
 		MaxUpstreamReads: a.tuning.MaxUpstreamReads,

@@ -60,6 +60,10 @@ type Config struct {
 	GroupResource schema.GroupResource
 	// Read answers a read at upstream; nil: every read waits for the cache.
 	Read ReadFunc
+	// ReadState answers a consistent watch's initial state at upstream
+	// (a WatchList there, which kube-apiserver answers sooner than the
+	// same consistent LIST); nil: Read.
+	ReadState ReadFunc
 	// UpstreamFields are the field paths upstream's field selectors
 	// support; the read upstream sends those requirements and applies the
 	// others here.
@@ -155,7 +159,7 @@ func (r *Reader) Watch(ctx context.Context, opts indexcache.WatchOptions) (watch
 		// its resourceVersion comes first.
 		select {
 		case r.slots <- struct{}{}:
-			if objs, rv, ok := r.ask(ctx, q, 0); ok {
+			if objs, rv, ok := r.ask(ctx, r.stateRead(), q, 0); ok {
 				return r.fromState(ctx, opts, objs, rv)
 			}
 		case <-ctx.Done():
@@ -185,7 +189,7 @@ func (r *Reader) Watch(ctx context.Context, opts indexcache.WatchOptions) (watch
 	if err != nil || !slot {
 		return atCache()
 	}
-	objs, rv, ok := r.ask(ctx, q, want)
+	objs, rv, ok := r.ask(ctx, r.stateRead(), q, want)
 	if !ok {
 		return atCache()
 	}
@@ -334,7 +338,7 @@ func (r *Reader) read(ctx context.Context, q query) (want uint64, objs []runtime
 	if err != nil || !slot {
 		return want, nil, 0, false, err
 	}
-	if objs, rv, ok := r.ask(ctx, q, want); ok {
+	if objs, rv, ok := r.ask(ctx, r.cfg.Read, q, want); ok {
 		return want, objs, rv, true, nil
 	}
 	_, err = c.WaitUntil(ctx, want, false, nil)
@@ -352,7 +356,7 @@ func (r *Reader) read(ctx context.Context, q query) (want uint64, objs []runtime
 		return want, nil, 0, false, err
 	}
 	q.limit = pageLimit
-	if objs, rv, ok := r.ask(ctx, q, want); ok {
+	if objs, rv, ok := r.ask(ctx, r.cfg.Read, q, want); ok {
 		return want, objs, rv, true, nil
 	}
 	return want, nil, 0, false, err
@@ -373,10 +377,18 @@ func (r *Reader) fallbackBudget(want uint64) time.Duration {
 	return r.cfg.Fallback - now.Sub(r.behindSince)
 }
 
-// ask answers q at upstream if its answer is complete and at least as new
-// as atLeast. The caller holds a slot; ask frees it.
-func (r *Reader) ask(ctx context.Context, q query, atLeast uint64) ([]runtime.Object, uint64, bool) {
-	objs, rv, complete, err := r.cfg.Read(ctx, q.namespace, q.label, q.field, q.limit)
+// stateRead is how a consistent watch reads its initial state upstream.
+func (r *Reader) stateRead() ReadFunc {
+	if r.cfg.ReadState != nil {
+		return r.cfg.ReadState
+	}
+	return r.cfg.Read
+}
+
+// ask answers q at upstream with read if its answer is complete and at
+// least as new as atLeast. The caller holds a slot; ask frees it.
+func (r *Reader) ask(ctx context.Context, read ReadFunc, q query, atLeast uint64) ([]runtime.Object, uint64, bool) {
+	objs, rv, complete, err := read(ctx, q.namespace, q.label, q.field, q.limit)
 	<-r.slots
 	if err != nil || !complete || rv < atLeast {
 		klog.V(4).InfoS("Consistent read waits for the cache: upstream's answer does not do",

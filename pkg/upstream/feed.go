@@ -2,11 +2,13 @@ package upstream
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,9 +34,11 @@ type Feed struct {
 	label  string // the cache's resource, as its metrics name it
 	client kubernetes.Interface
 	// readClient serves reads that follow client requests: the current
-	// resourceVersion (revisions) and ReadUpstream.
+	// resourceVersion (revisions), ReadUpstream and ReadUpstreamState.
 	readClient kubernetes.Interface
 	revisions  revisionReader
+	// noWatchList: upstream refused a WatchList (ReadUpstreamState).
+	noWatchList atomic.Bool
 
 	sink      Sink
 	currentRV func() uint64
@@ -114,7 +118,7 @@ func (f *Feed) Run(ctx context.Context) {
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			w, err := f.res.Watch(ctx, f.client, o)
+			w, err := f.res.Watch(ctx, f.client, metav1.NamespaceAll, o)
 			setConnected(err)
 			return w, err
 		},
@@ -174,6 +178,79 @@ func (f *Feed) ReadUpstream(ctx context.Context, namespace, label, field string,
 	}
 	return objs, rv, !more, nil
 }
+
+// ReadUpstreamState answers a consistent watch's initial state at upstream
+// (consistentread.Config.ReadState): what ReadUpstream answers, read as a
+// WatchList (sendInitialEvents) up to its initial-events-end bookmark, whose
+// resourceVersion is the state's. kube-apiserver 1.37 answers it sooner
+// than the same consistent LIST: a label WatchList of 10 of 10,000 custom
+// resources in 12 ms against 15-21 ms on 2 CPUs (bench -mode crd, both read
+// from its watch cache after the same read of etcd's revision; where the
+// difference comes from was not looked into). More than limit objects before the
+// bookmark: not complete. An upstream that refuses WatchList (its feature
+// gate off) is read with ReadUpstream from then on.
+func (f *Feed) ReadUpstreamState(ctx context.Context, namespace, label, field string, limit int64) ([]runtime.Object, uint64, bool, error) {
+	if f.noWatchList.Load() {
+		return f.ReadUpstream(ctx, namespace, label, field, limit)
+	}
+	ctx, cancel := context.WithTimeout(ctx, stateReadTimeout)
+	defer cancel()
+	initial := true
+	w, err := f.res.Watch(ctx, f.readClient, namespace, metav1.ListOptions{
+		LabelSelector: label, FieldSelector: field, AllowWatchBookmarks: true,
+		SendInitialEvents: &initial, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+	})
+	if apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) {
+		klog.InfoS("kube-apiserver refuses WatchList; consistent watches read their initial state with a LIST", "resource", f.label, "err", err)
+		f.noWatchList.Store(true)
+		return f.ReadUpstream(ctx, namespace, label, field, limit)
+	}
+	if err != nil {
+		return nil, 0, false, err
+	}
+	defer w.Stop()
+	var objs []runtime.Object
+	for {
+		var ev watch.Event
+		var ok bool
+		select {
+		case ev, ok = <-w.ResultChan():
+		case <-ctx.Done():
+			return nil, 0, false, ctx.Err()
+		}
+		if !ok {
+			return nil, 0, false, fmt.Errorf("the WatchList of %s ended before its initial-events-end bookmark", f.label)
+		}
+		switch ev.Type {
+		case watch.Error:
+			return nil, 0, false, apierrors.FromObject(ev.Object)
+		case watch.Bookmark:
+			m, err := meta.Accessor(ev.Object)
+			if err != nil {
+				return nil, 0, false, err
+			}
+			if m.GetAnnotations()[metav1.InitialEventsAnnotationKey] != "true" {
+				continue
+			}
+			rv, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+			return objs, rv, true, err
+		case watch.Added:
+			if limit > 0 && int64(len(objs)) >= limit {
+				return nil, 0, false, nil
+			}
+			obj, err := f.res.Transform(ev.Object)
+			if err != nil {
+				return nil, 0, false, err
+			}
+			objs = append(objs, obj)
+		default:
+			return nil, 0, false, fmt.Errorf("the WatchList of %s sent a %s event before its initial-events-end bookmark", f.label, ev.Type)
+		}
+	}
+}
+
+// stateReadTimeout bounds ReadUpstreamState; its caller may give up sooner.
+const stateReadTimeout = 30 * time.Second
 
 // probeTimeout is the shortest watch for which kube-apiserver schedules a
 // bookmark (it sends one 2s before a watch's deadline, never in the past).
@@ -255,7 +332,7 @@ func (f *Feed) probe() error {
 	defer cancel()
 	from := f.currentRV()
 	timeout := int64(probeTimeout)
-	w, err := f.res.Watch(ctx, f.client, metav1.ListOptions{
+	w, err := f.res.Watch(ctx, f.client, metav1.NamespaceAll, metav1.ListOptions{
 		ResourceVersion:     strconv.FormatUint(from, 10),
 		AllowWatchBookmarks: true,
 		TimeoutSeconds:      &timeout,

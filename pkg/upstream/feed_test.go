@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -51,8 +52,8 @@ var typedPods = Resource{
 	List: func(ctx context.Context, c kubernetes.Interface, namespace string, o metav1.ListOptions) (runtime.Object, error) {
 		return c.CoreV1().Pods(namespace).List(ctx, o)
 	},
-	Watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
-		return c.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, o)
+	Watch: func(ctx context.Context, c kubernetes.Interface, namespace string, o metav1.ListOptions) (watch.Interface, error) {
+		return c.CoreV1().Pods(namespace).Watch(ctx, o)
 	},
 	ListNothing: func(ctx context.Context, c kubernetes.Interface) (runtime.Object, error) {
 		return c.CoreV1().Pods(NothingNamespace).List(ctx, metav1.ListOptions{Limit: 1})
@@ -272,4 +273,86 @@ func TestProgressRequestForReachedTargetIsSkipped(t *testing.T) {
 	if n := len(watches); n != 0 {
 		t.Fatalf("opened %d probe watches for a target the cache had reached", n)
 	}
+}
+
+// TestReadUpstreamStateIsAWatchList: a consistent watch's initial state is
+// read as a WatchList in the namespace with the selectors, up to its
+// initial-events-end bookmark (an earlier bookmark is not the end); more
+// objects than the limit is not complete; an error event is the error; an
+// upstream refusing WatchList is read with a LIST from then on.
+func TestReadUpstreamStateIsAWatchList(t *testing.T) {
+	endOfState := func(rv string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: rv, Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+	}
+	named := func(name, rv string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: rv}}
+	}
+	serve := func(events ...watch.Event) (*fake.Clientset, *metav1.ListOptions, *string) {
+		client := fake.NewClientset()
+		var asked metav1.ListOptions
+		var ns string
+		client.PrependWatchReactor("pods", func(a clienttesting.Action) (bool, watch.Interface, error) {
+			asked, ns = a.(clienttesting.WatchActionImpl).ListOptions, a.GetNamespace()
+			w := watch.NewFakeWithChanSize(len(events), false)
+			for _, ev := range events {
+				w.Action(ev.Type, ev.Object)
+			}
+			return true, w, nil
+		})
+		return client, &asked, &ns
+	}
+
+	client, asked, ns := serve(
+		watch.Event{Type: watch.Added, Object: named("a", "5")},
+		watch.Event{Type: watch.Bookmark, Object: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "6"}}},
+		watch.Event{Type: watch.Added, Object: named("b", "7")},
+		watch.Event{Type: watch.Bookmark, Object: endOfState("9")},
+	)
+	objs, rv, complete, err := NewFeed(typedPods, client, client, 0).ReadUpstreamState(context.Background(), "ns", "app=x", "spec.nodeName=n", 10)
+	if err != nil || !complete || rv != 9 || len(objs) != 2 {
+		t.Fatalf("state: %d objects at %d, complete %v, err %v; want 2 at 9", len(objs), rv, complete, err)
+	}
+	if *ns != "ns" || asked.LabelSelector != "app=x" || asked.FieldSelector != "spec.nodeName=n" || !asked.AllowWatchBookmarks ||
+		asked.SendInitialEvents == nil || !*asked.SendInitialEvents || asked.ResourceVersionMatch != metav1.ResourceVersionMatchNotOlderThan || asked.ResourceVersion != "" {
+		t.Errorf("asked upstream in %q for %+v", *ns, *asked)
+	}
+
+	client, _, _ = serve(
+		watch.Event{Type: watch.Added, Object: named("a", "5")},
+		watch.Event{Type: watch.Added, Object: named("b", "7")},
+		watch.Event{Type: watch.Bookmark, Object: endOfState("9")},
+	)
+	if _, _, complete, err := NewFeed(typedPods, client, client, 0).ReadUpstreamState(context.Background(), "", "", "", 1); err != nil || complete {
+		t.Errorf("two objects with limit 1: complete %v, err %v; want incomplete", complete, err)
+	}
+
+	client, _, _ = serve(watch.Event{Type: watch.Error, Object: &metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "gone"}})
+	if _, _, _, err := NewFeed(typedPods, client, client, 0).ReadUpstreamState(context.Background(), "", "", "", 0); !apierrors.IsResourceExpired(err) {
+		t.Errorf("error event: err %v, want the 410", err)
+	}
+
+	client = fake.NewClientset(named("a", "3"))
+	client.PrependWatchReactor("pods", func(clienttesting.Action) (bool, watch.Interface, error) {
+		return true, nil, apierrors.NewBadRequest("sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled")
+	})
+	f := NewFeed(typedPods, client, client, 0)
+	for i := range 2 {
+		objs, _, complete, err := f.ReadUpstreamState(context.Background(), "ns", "", "", 0)
+		if err != nil || !complete || len(objs) != 1 {
+			t.Errorf("read %d without WatchList: %d objects, complete %v, err %v; want the LIST's one", i, len(objs), complete, err)
+		}
+	}
+	if watches := len(filterActions(client.Actions(), "watch")); watches != 1 {
+		t.Errorf("%d WatchLists tried after the refusal, want 1", watches)
+	}
+}
+
+func filterActions(as []clienttesting.Action, verb string) []clienttesting.Action {
+	var out []clienttesting.Action
+	for _, a := range as {
+		if a.GetVerb() == verb {
+			out = append(out, a)
+		}
+	}
+	return out
 }

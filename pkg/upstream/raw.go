@@ -57,9 +57,9 @@ func RawResource(gvr schema.GroupVersionResource, namespaced bool, fields map[st
 		List: func(ctx context.Context, c kubernetes.Interface, namespace string, o metav1.ListOptions) (runtime.Object, error) {
 			return rawList(ctx, c, rawPath(gvr, namespaced, namespace), o)
 		},
-		Watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
+		Watch: func(ctx context.Context, c kubernetes.Interface, namespace string, o metav1.ListOptions) (watch.Interface, error) {
 			o.Watch = true
-			body, err := request(c, rawPath(gvr, namespaced, ""), o).Stream(ctx)
+			body, err := request(c, rawPath(gvr, namespaced, namespace), o).Stream(ctx)
 			if err != nil {
 				return nil, err
 			}

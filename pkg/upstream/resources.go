@@ -36,8 +36,9 @@ type Resource struct {
 	// ExpectedType is what the upstream list and watch return.
 	ExpectedType runtime.Object
 	// List lists in namespace ("" all; ignored for cluster-scoped resources).
-	List  func(ctx context.Context, client kubernetes.Interface, namespace string, opts metav1.ListOptions) (runtime.Object, error)
-	Watch func(ctx context.Context, client kubernetes.Interface, opts metav1.ListOptions) (watch.Interface, error)
+	List func(ctx context.Context, client kubernetes.Interface, namespace string, opts metav1.ListOptions) (runtime.Object, error)
+	// Watch watches in namespace ("" all; ignored for cluster-scoped resources).
+	Watch func(ctx context.Context, client kubernetes.Interface, namespace string, opts metav1.ListOptions) (watch.Interface, error)
 	// ListNothing is a consistent list of this resource that matches no
 	// object, cheap whatever the resource's size: its resourceVersion is
 	// upstream's current one.
