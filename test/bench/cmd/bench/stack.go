@@ -218,15 +218,21 @@ func indexCaughtUp(ctx context.Context, s *stackInfo) error {
 // httpClient makes a client with its own HTTP/2 transport (watch phases make
 // several, so that many watches don't share one connection's stream limit).
 func httpClient(cfg *rest.Config) (*http.Client, error) {
-	tc, err := rest.TLSConfigFor(cfg)
+	tc, err := tlsConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if tc == nil {
-		tc = &tls.Config{}
-	}
 	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 16}
 	return &http.Client{Transport: tr}, nil
+}
+
+// tlsConfig is cfg's TLS configuration, an empty one where it has none.
+func tlsConfig(cfg *rest.Config) (*tls.Config, error) {
+	tc, err := rest.TLSConfigFor(cfg)
+	if err != nil || tc != nil {
+		return tc, err
+	}
+	return &tls.Config{}, nil
 }
 
 func readPID(dir, name string) (int, error) {

@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -71,12 +70,9 @@ type StallResult struct {
 // stallClient is a client with its own HTTP/1.1 connection (one stream, so
 // one watcher's stall is its connection's) and a small receive buffer.
 func stallClient(cfg *rest.Config) (*http.Client, error) {
-	tc, err := rest.TLSConfigFor(cfg)
+	tc, err := tlsConfig(cfg)
 	if err != nil {
 		return nil, err
-	}
-	if tc == nil {
-		tc = &tls.Config{}
 	}
 	tc = tc.Clone()
 	tc.NextProtos = []string{"http/1.1"}
@@ -162,7 +158,9 @@ func (w *stallWatcher) run(ctx context.Context, c *http.Client, url, rv string, 
 			w.err = fmt.Errorf("watch from resourceVersion %s refused or ended with an error event (%v): the client must relist", rv, err)
 		default:
 			w.closed++
-			rv = strconv.FormatUint(w.lastRV, 10)
+			if w.lastRV > 0 {
+				rv = strconv.FormatUint(w.lastRV, 10)
+			}
 		}
 		done := w.err != nil
 		w.mu.Unlock()
