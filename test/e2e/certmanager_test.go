@@ -19,8 +19,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -109,52 +107,15 @@ func installCMCRDs(t *testing.T, ctx context.Context, dir string) {
 	for _, rs := range cmCRDs {
 		want += len(rs)
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) != want {
-		t.Fatalf("%d CRDs in %s, want %d: %v", len(files), dir, want, err)
-	}
-	c, err := apiextensionsclient.NewForConfig(adminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.Unmarshal(b, crd); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy != apiextensionsv1.NoneConverter {
-			t.Fatalf("%s has a conversion webhook; the test runs none", crd.Name)
-		}
-		if _, err := c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("creating %s: %v", crd.Name, err)
-		}
-		names = append(names, crd.Name)
-	}
-	t.Cleanup(func() {
+	crdFiles{Dir: dir, Want: want,
+		Adjust: func(crd *apiextensionsv1.CustomResourceDefinition) {
+			if crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy != apiextensionsv1.NoneConverter {
+				t.Fatalf("%s has a conversion webhook; the test runs none", crd.Name)
+			}
+		},
 		// cert-manager sets no finalizers on what the scenario makes.
-		for _, name := range names {
-			_ = c.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), name, metav1.DeleteOptions{})
-		}
-	})
-	for _, name := range names {
-		eventually(t, time.Minute, func() error {
-			crd, err := c.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			for _, cond := range crd.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
-				}
-			}
-			return fmt.Errorf("%s not established yet", name)
-		})
-	}
+		Cleanup: deleteCRDs,
+	}.install(t, ctx)
 	// A policy written before discovery lists its resource is not Ready
 	// until index-apiserver's next periodic sync (see TestKueue).
 	admin := newClients(t, adminConfig)
@@ -741,11 +702,7 @@ func (r *cmRun) repeatedPolicyApplies(t *testing.T) int {
 // serves), and their reads of the cached resources are served from the
 // caches or routed as consistent reads, none passed through as uncached.
 func TestCertManager(t *testing.T) {
-	out := strings.Split(buildClient(t, "cert-manager"), "\n")
-	if len(out) != 2 {
-		t.Fatalf("hack/lib/clients.sh cert-manager printed %q, want the binary and the module's directory", out)
-	}
-	bin, modDir := out[0], out[1]
+	bin, modDir := buildController(t, "cert-manager")
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
 	installCMCRDs(t, ctx, filepath.Join(modDir, "deploy", "crds"))

@@ -70,6 +70,17 @@ func buildClient(t *testing.T, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// buildController builds a Go controller with hack/lib/clients.sh name and
+// returns its binary and its module's directory (where its CRDs are).
+func buildController(t *testing.T, name string) (bin, modDir string) {
+	t.Helper()
+	out := strings.Split(buildClient(t, name), "\n")
+	if len(out) != 2 {
+		t.Fatalf("hack/lib/clients.sh %s printed %q, want the binary and the module's directory", name, out)
+	}
+	return out[0], out[1]
+}
+
 // TestFabric8SparkFlink runs fabric8 kubernetes-client, as Spark's driver and
 // Flink's resource manager configure and use it, with one client at
 // kube-apiserver's root (the oracle) and one at each entry point of the

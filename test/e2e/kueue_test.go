@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -70,77 +69,26 @@ var (
 // is too big for kubectl's last-applied annotation.
 func installKueueCRDs(t *testing.T, ctx context.Context, dir string) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in %s: %v", dir, err)
-	}
-	c, err := apiextensionsclient.NewForConfig(adminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(b, crd); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if kueueConversionCRDs[crd.Name] {
-			crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{
-				Strategy: apiextensionsv1.WebhookConverter,
-				Webhook: &apiextensionsv1.WebhookConversion{
-					ClientConfig: &apiextensionsv1.WebhookClientConfig{Service: &apiextensionsv1.ServiceReference{
-						Namespace: "kueue-system", Name: "kueue-webhook-service", Path: ptrTo("/convert"),
-					}},
-					ConversionReviewVersions: []string{"v1"},
-				},
-			}
-		}
-		if _, err := c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("creating %s: %v", crd.Name, err)
-		}
-		names = append(names, crd.Name)
-	}
-	for _, name := range names {
-		eventually(t, time.Minute, func() error {
-			crd, err := c.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			for _, cond := range crd.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
+	crdFiles{Dir: dir, Strict: true,
+		Adjust: func(crd *apiextensionsv1.CustomResourceDefinition) {
+			if kueueConversionCRDs[crd.Name] {
+				crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{
+					Strategy: apiextensionsv1.WebhookConverter,
+					Webhook: &apiextensionsv1.WebhookConversion{
+						ClientConfig: &apiextensionsv1.WebhookClientConfig{Service: &apiextensionsv1.ServiceReference{
+							Namespace: "kueue-system", Name: "kueue-webhook-service", Path: ptrTo("/convert"),
+						}},
+						ConversionReviewVersions: []string{"v1"},
+					},
 				}
 			}
-			return fmt.Errorf("%s not established yet", name)
-		})
-	}
-	t.Cleanup(func() {
-		// Kueue's finalizers would keep the objects, and so the CRDs.
-		ctx := context.Background()
-		dyn, err := dynamic.NewForConfig(adminConfig)
-		if err != nil {
-			return
-		}
-		for _, gvr := range []schema.GroupVersionResource{kueueWorkloads, kueueLocalQueues, kueueClusterQueues, kueueResourceFlavor} {
-			l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				continue
-			}
-			for _, o := range l.Items {
-				if len(o.GetFinalizers()) > 0 {
-					_, _ = dyn.Resource(gvr).Namespace(o.GetNamespace()).Patch(ctx, o.GetName(), types.MergePatchType,
-						[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
-				}
-			}
-		}
-		for _, name := range names {
-			_ = c.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, name, metav1.DeleteOptions{})
-		}
-	})
+		},
+		Cleanup: func(c apiextensionsclient.Interface, names []string) {
+			// Kueue's finalizers would keep the objects, and so the CRDs.
+			clearFinalizers(kueueWorkloads, kueueLocalQueues, kueueClusterQueues, kueueResourceFlavor)
+			deleteCRDs(c, names)
+		},
+	}.install(t, ctx)
 }
 
 func ptrTo[T any](v T) *T { return &v }
@@ -591,11 +539,7 @@ func kueueReads(t *testing.T, keep func(controllerAudit) bool) map[string]int {
 // watchers are the caches', kube-apiserver's audit log shows the reads
 // arriving under the prefix (the aggregator's hop) and none passed through.
 func TestKueue(t *testing.T) {
-	out := strings.Split(buildClient(t, "kueue"), "\n")
-	if len(out) != 2 {
-		t.Fatalf("hack/lib/clients.sh kueue printed %q, want the binary and the module's directory", out)
-	}
-	bin, modDir := out[0], out[1]
+	bin, modDir := buildController(t, "kueue")
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
 	installKueueCRDs(t, ctx, filepath.Join(modDir, "config", "components", "crd", "bases"))

@@ -19,9 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -86,67 +84,14 @@ var (
 // waits until each is established and listed by discovery.
 func installPromopCRDs(t *testing.T, ctx context.Context, dir string) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) != len(promopCRDs) {
-		t.Fatalf("%d CRDs in %s, want %d: %v", len(files), dir, len(promopCRDs), err)
-	}
-	c, err := apiextensionsclient.NewForConfig(adminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.Unmarshal(b, crd); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if _, err := c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("creating %s: %v", crd.Name, err)
-		}
-		names = append(names, crd.Name)
-	}
-	t.Cleanup(func() {
-		// Finalizers (the operator's status-cleanup one, if it set it)
-		// would keep the objects, and so the CRDs.
-		ctx := context.Background()
-		dyn, err := dynamic.NewForConfig(adminConfig)
-		if err != nil {
-			return
-		}
-		for _, gvr := range []schema.GroupVersionResource{promopPrometheuses, promopServiceMonitors, promopRules} {
-			l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				continue
-			}
-			for _, o := range l.Items {
-				if len(o.GetFinalizers()) > 0 {
-					_, _ = dyn.Resource(gvr).Namespace(o.GetNamespace()).Patch(ctx, o.GetName(), types.MergePatchType,
-						[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
-				}
-			}
-		}
-		for _, name := range names {
-			_ = c.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, name, metav1.DeleteOptions{})
-		}
-	})
-	for _, name := range names {
-		eventually(t, time.Minute, func() error {
-			crd, err := c.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			for _, cond := range crd.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
-				}
-			}
-			return fmt.Errorf("%s not established yet", name)
-		})
-	}
+	crdFiles{Dir: dir, Want: len(promopCRDs),
+		Cleanup: func(c apiextensionsclient.Interface, names []string) {
+			// Finalizers (the operator's status-cleanup one, if it set it)
+			// would keep the objects, and so the CRDs.
+			clearFinalizers(promopPrometheuses, promopServiceMonitors, promopRules)
+			deleteCRDs(c, names)
+		},
+	}.install(t, ctx)
 	// kube-apiserver's discovery lists a CRD a moment after it is
 	// Established; a policy written before then is not Ready until
 	// index-apiserver's next periodic sync (see TestKueue).
@@ -719,11 +664,7 @@ func (r *promopRun) scenario(t *testing.T, ctx context.Context, bin string) (pro
 // of its Prometheus reconciles in each run is logged (issue 36's number:
 // at most 1.2× kube-apiserver's), not asserted.
 func TestPrometheusOperator(t *testing.T) {
-	out := strings.Split(buildClient(t, "prometheus-operator"), "\n")
-	if len(out) != 2 {
-		t.Fatalf("hack/lib/clients.sh prometheus-operator printed %q, want the binary and the module's directory", out)
-	}
-	bin, modDir := out[0], out[1]
+	bin, modDir := buildController(t, "prometheus-operator")
 	ctx := context.Background()
 	admin := newClients(t, adminConfig)
 	installPromopCRDs(t, ctx, filepath.Join(modDir, "example", "prometheus-operator-crd"))
