@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -116,27 +118,9 @@ func installCMCRDs(t *testing.T, ctx context.Context, dir string) {
 		// cert-manager sets no finalizers on what the scenario makes.
 		Cleanup: deleteCRDs,
 	}.install(t, ctx)
-	// A policy written before discovery lists its resource is not Ready
-	// until index-apiserver's next periodic sync (see TestKueue).
-	admin := newClients(t, adminConfig)
-	eventually(t, time.Minute, func() error {
-		for group, resources := range cmCRDs {
-			l, err := admin.kube.Discovery().ServerResourcesForGroupVersion(group + "/v1")
-			if err != nil {
-				return err
-			}
-			served := map[string]bool{}
-			for _, r := range l.APIResources {
-				served[r.Name] = true
-			}
-			for _, r := range resources {
-				if !served[r] {
-					return fmt.Errorf("discovery does not list %s.%s yet", r, group)
-				}
-			}
-		}
-		return nil
-	})
+	for group, resources := range cmCRDs {
+		waitDiscovered(t, group, []string{"v1"}, resources)
+	}
 }
 
 // cmRun is one run of the scenario: its own namespace and its own
@@ -758,13 +742,8 @@ func TestCertManager(t *testing.T) {
 		return nil
 	})
 	writes := cmWrites(t, run.ns)
-	keys := make([]string, 0, len(delta))
-	for k := range delta {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var b strings.Builder
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(delta)) {
 		fmt.Fprintf(&b, " %s=%v", strings.TrimSuffix(k, "_total"), delta[k])
 	}
 	t.Logf("index-apiserver while cert-manager ran:%s; watchers of the caches at the end %v", b.String(), watchers)
@@ -857,13 +836,8 @@ func cmDiff(s, oracle cmSnapshot) string {
 	for k := range oracle {
 		keys[k] = true
 	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
 	var b strings.Builder
-	for _, k := range sorted {
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
 		if !reflect.DeepEqual(s[k], oracle[k]) {
 			got, _ := json.MarshalIndent(s[k], "", " ")
 			want, _ := json.MarshalIndent(oracle[k], "", " ")

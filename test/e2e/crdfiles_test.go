@@ -83,6 +83,33 @@ func (f crdFiles) install(t *testing.T, ctx context.Context) {
 	}
 }
 
+// waitDiscovered waits until kube-apiserver's discovery lists each of
+// resources of group in one of its versions. It lists a CRD a moment after
+// the CRD is Established, and a policy written before then is not Ready
+// until index-apiserver's next periodic sync (TestKueue says more).
+func waitDiscovered(t *testing.T, group string, versions, resources []string) {
+	t.Helper()
+	admin := newClients(t, adminConfig)
+	eventually(t, time.Minute, func() error {
+		served := map[string]bool{}
+		for _, v := range versions {
+			l, err := admin.kube.Discovery().ServerResourcesForGroupVersion(group + "/" + v)
+			if err != nil {
+				return err
+			}
+			for _, r := range l.APIResources {
+				served[r.Name] = true
+			}
+		}
+		for _, r := range resources {
+			if !served[r] {
+				return fmt.Errorf("discovery does not list %s.%s yet", r, group)
+			}
+		}
+		return nil
+	})
+}
+
 // clearFinalizers drops the finalizers of every object of gvrs, which a
 // controller stopped before it could remove them would leave holding the
 // objects, and so their CRDs.

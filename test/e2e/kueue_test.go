@@ -550,22 +550,11 @@ func TestKueue(t *testing.T) {
 	// Established; a policy written before then gets Ready=False (no such
 	// resource) until index-apiserver's next periodic sync
 	// (--index-policy-status-interval, 30s), longer than waitPolicy waits.
-	eventually(t, time.Minute, func() error {
-		l, err := admin.kube.Discovery().ServerResourcesForGroupVersion("kueue.x-k8s.io/v1beta2")
-		if err != nil {
-			return err
-		}
-		served := map[string]bool{}
-		for _, r := range l.APIResources {
-			served[r.Name+".kueue.x-k8s.io"] = true
-		}
-		for _, spec := range kueueCached {
-			if !served[spec.Resource] {
-				return fmt.Errorf("discovery does not list %s yet", spec.Resource)
-			}
-		}
-		return nil
-	})
+	var cached []string
+	for _, spec := range kueueCached {
+		cached = append(cached, strings.TrimSuffix(spec.Resource, ".kueue.x-k8s.io"))
+	}
+	waitDiscovered(t, "kueue.x-k8s.io", []string{"v1beta2"}, cached)
 	for _, spec := range kueueCached {
 		name := "kueue-" + strings.Split(spec.Resource, ".")[0]
 		if _, err := createPolicy(t, ctx, admin, name, spec); err != nil {

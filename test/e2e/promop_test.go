@@ -92,28 +92,7 @@ func installPromopCRDs(t *testing.T, ctx context.Context, dir string) {
 			deleteCRDs(c, names)
 		},
 	}.install(t, ctx)
-	// kube-apiserver's discovery lists a CRD a moment after it is
-	// Established; a policy written before then is not Ready until
-	// index-apiserver's next periodic sync (see TestKueue).
-	admin := newClients(t, adminConfig)
-	eventually(t, time.Minute, func() error {
-		served := map[string]bool{}
-		for _, gv := range []string{promopGroup + "/v1", promopGroup + "/v1alpha1"} {
-			l, err := admin.kube.Discovery().ServerResourcesForGroupVersion(gv)
-			if err != nil {
-				return err
-			}
-			for _, r := range l.APIResources {
-				served[r.Name] = true
-			}
-		}
-		for _, r := range promopCRDs {
-			if !served[r] {
-				return fmt.Errorf("discovery does not list %s.%s yet", r, promopGroup)
-			}
-		}
-		return nil
-	})
+	waitDiscovered(t, promopGroup, []string{"v1", "v1alpha1"}, promopCRDs)
 }
 
 // promopRun is one run of the scenario: its own namespace and its own
