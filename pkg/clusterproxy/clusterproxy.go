@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/munnerz/goautoneg"
 	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
@@ -239,16 +240,13 @@ func consistent(info *request.RequestInfo, query url.Values) (consistentread.Sha
 // objects without metadata.managedFields, with KEP-5958's media type
 // parameter (application/json;drop=metadata.managedFields). kube-apiserver
 // 1.37 ignores the parameter and sends them, so a read passed through has
-// them; a cache's held bytes serve both, so its answers honour it.
+// them; a cache's held bytes serve both, so its answers honour it. The
+// header is parsed as kube-apiserver's negotiation parses it (goautoneg).
 func DropsManagedFields(h http.Header) bool {
 	for _, accept := range h.Values("Accept") {
-		for _, clause := range strings.Split(accept, ",") {
-			params := strings.Split(clause, ";")
-			for _, p := range params[1:] {
-				k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
-				if strings.TrimSpace(k) == "drop" && strings.Trim(strings.TrimSpace(v), `"`) == "metadata.managedFields" {
-					return true
-				}
+		for _, clause := range goautoneg.ParseAccept(accept) {
+			if strings.Trim(clause.Params["drop"], `"`) == "metadata.managedFields" {
+				return true
 			}
 		}
 	}
