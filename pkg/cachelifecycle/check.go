@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/klog/v2"
 
 	"github.com/index-apiserver/index-apiserver/pkg/cachebudget"
@@ -244,15 +244,15 @@ func (a *Caches) fromDiscovery(resource string, gr schema.GroupResource) (anyres
 }
 
 // kubeVersion is kube-apiserver's major and minor version, which decide
-// whether it warns that a built-in is deprecated ("1", "37+" read as 1, 37).
+// whether it warns that a built-in is deprecated.
 func (a *Caches) kubeVersion() (major, minor int, err error) {
-	v, err := a.kube.Discovery().ServerVersion()
+	info, err := a.kube.Discovery().ServerVersion()
 	if err != nil {
 		return 0, 0, err
 	}
-	number := func(s string) int {
-		n, _ := strconv.Atoi(strings.TrimRightFunc(s, func(r rune) bool { return r < '0' || r > '9' }))
-		return n
+	v, err := utilversion.ParseGeneric(info.GitVersion)
+	if err != nil {
+		return 0, 0, err
 	}
-	return number(v.Major), number(v.Minor), nil
+	return int(v.Major()), int(v.Minor()), nil
 }
